@@ -1,0 +1,203 @@
+"""``mmsync``: demo, worker, broker, produce, tail.
+
+Every ``MMSYNC_*`` setting is read by :class:`app.settings.Settings`; the flags
+below override the ones that fit a flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from app.errors import MmsyncError
+from app.settings import Settings
+
+__all__ = ["main"]
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    upd: dict[str, Any] = {}
+    for name in ("broker", "topic_prefix", "partitions", "web_port", "agents", "data_dir"):
+        val = getattr(args, name, None)
+        if val is not None:
+            upd[name] = val
+    s = Settings()
+    return s.model_copy(update=upd) if upd else s
+
+
+def _settings_epilog() -> str:
+    lines = ["settings (environment):"]
+    for name, f in Settings.model_fields.items():
+        default = "" if f.default_factory is not None else f" (default {f.default!r})"
+        desc = f" - {f.description}" if f.description else ""
+        lines.append(f"  MMSYNC_{name.upper()}{default}{desc}")
+    return "\n".join(lines)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(_settings(args), seconds=args.seconds, timeout_s=args.timeout)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from app.worker import run_worker
+
+    s = _settings(args)
+    if not s.broker:
+        print("mmsync worker: set MMSYNC_BROKER (e.g. kafka://127.0.0.1:9092) or --broker; "
+              "'mmsync broker' starts an embedded one", file=sys.stderr)
+        return 2
+    sys.argv = [sys.argv[0], "worker"]  # Faust's Worker parses argv itself
+    run_worker(s)
+    return 0
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from app.broker import EmbeddedBroker
+
+    with EmbeddedBroker(port=args.port) as b:
+        print(f"embedded broker (Tansu, in memory) on {b.bootstrap}")
+        print(f"  export MMSYNC_BROKER={b.url} MMSYNC_BROKER_EMBEDDED=1", flush=True)
+        stop = False
+
+        def _sig(*_a: Any) -> None:
+            nonlocal stop
+            stop = True
+
+        signal.signal(signal.SIGTERM, _sig)
+        signal.signal(signal.SIGINT, _sig)
+        while not stop and b.alive():
+            time.sleep(0.2)
+    return 0
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from app.kafka import create_topics
+    from app.produce import image_records, publish, srt_records, text_records, wav_records
+    from app.synth import SynthSpec, synth_records
+
+    s = _settings(args)
+    if not s.broker:
+        print("mmsync produce: set MMSYNC_BROKER or --broker", file=sys.stderr)
+        return 2
+    start = args.start_us if args.start_us is not None else time.time_ns() // 1000
+    sid = args.stream_id
+    recs: list[Any] = []
+    if args.synthetic:
+        specs = [SynthSpec(stream_id=f"{sid}-{i}" if args.streams > 1 else sid,
+                           seconds=args.seconds, seed=i + 1, start_us=start,
+                           audio_skew_us=args.audio_skew_ms * 1000)
+                 for i in range(args.streams)]
+        recs.extend(synth_records(specs))
+    if args.image:
+        recs.extend(image_records([Path(p) for p in args.image], sid, start, args.fps))
+    if args.wav:
+        recs.extend(wav_records(Path(args.wav), sid, start))
+    if args.text:
+        recs.extend(text_records(args.text, sid, start))
+    if args.text_file:
+        recs.extend(text_records(Path(args.text_file).read_text("utf-8").splitlines(), sid,
+                                 start))
+    if args.srt:
+        recs.extend(srt_records(Path(args.srt), sid, start))
+    if not recs:
+        print("mmsync produce: nothing to publish (see --help)", file=sys.stderr)
+        return 2
+    asyncio.run(create_topics(s))
+    pub = asyncio.run(publish(s, recs, total=len(recs), progress=not args.quiet))
+    print(f"published {pub.total} records: {pub.by_modality}")
+    return 0
+
+
+def _cmd_tail(args: argparse.Namespace) -> int:
+    from app.collect import Outputs, collect
+    from app.render import render_window
+
+    s = _settings(args)
+    if not s.broker:
+        print("mmsync tail: set MMSYNC_BROKER or --broker", file=sys.stderr)
+        return 2
+
+    def until(o: Outputs) -> bool:
+        return args.count is not None and len(o.windows) >= args.count
+
+    out = asyncio.run(collect(s, until=until, timeout_s=args.timeout,
+                              on_window=lambda w: print(render_window(w), flush=True)))
+    print(f"{len(out.windows)} windows, {len(out.late)} late, {len(out.dlq)} dead letters")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mmsync", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=_settings_epilog())
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--broker", help="[env: MMSYNC_BROKER] kafka://host:port")
+        sp.add_argument("--topic-prefix", help="[env: MMSYNC_TOPIC_PREFIX] default mm")
+        sp.add_argument("--partitions", type=int, help="[env: MMSYNC_PARTITIONS] default 8")
+
+    d = sub.add_parser("demo", help="the main job on the embedded broker")
+    common(d)
+    d.add_argument("--seconds", type=float, default=8.0, help="media seconds per stream")
+    d.add_argument("--timeout", type=float, default=120.0)
+    d.set_defaults(fn=_cmd_demo)
+
+    w = sub.add_parser("worker", help="one Faust worker")
+    common(w)
+    w.add_argument("--web-port", type=int, help="[env: MMSYNC_WEB_PORT] metrics port")
+    w.add_argument("--agents", help="[env: MMSYNC_AGENTS] text,image,audio,aligner or all")
+    w.add_argument("--data-dir", type=Path, help="[env: MMSYNC_DATA_DIR]")
+    w.set_defaults(fn=_cmd_worker)
+
+    b = sub.add_parser("broker", help="the embedded broker in the foreground")
+    b.add_argument("--port", type=int, default=None)
+    b.set_defaults(fn=_cmd_broker)
+
+    pr = sub.add_parser("produce", help="publish media to the input topics")
+    common(pr)
+    pr.add_argument("--stream-id", default="cli-1")
+    pr.add_argument("--synthetic", action="store_true", help="a built-in co-occurring stream")
+    pr.add_argument("--streams", type=int, default=1)
+    pr.add_argument("--seconds", type=float, default=10.0)
+    pr.add_argument("--audio-skew-ms", type=int, default=0)
+    pr.add_argument("--image", nargs="*", help="JPEG/PNG files, as frames at --fps")
+    pr.add_argument("--fps", type=float, default=5.0)
+    pr.add_argument("--wav", help="a 16-bit PCM WAV file")
+    pr.add_argument("--text", nargs="*", help="text events, one per second")
+    pr.add_argument("--text-file", help="one text event per line")
+    pr.add_argument("--srt", help="subtitles (.srt)")
+    pr.add_argument("--start-us", type=int, default=None, help="ts of the first item")
+    pr.add_argument("--quiet", action="store_true")
+    pr.set_defaults(fn=_cmd_produce)
+
+    t = sub.add_parser("tail", help="print mm.aligned readably")
+    common(t)
+    t.add_argument("--count", type=int, default=None, help="stop after N windows")
+    t.add_argument("--timeout", type=float, default=3600.0)
+    t.set_defaults(fn=_cmd_tail)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except MmsyncError as exc:
+        print(f"mmsync {args.cmd}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

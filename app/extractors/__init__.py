@@ -1,0 +1,1 @@
+"""Per-modality feature extractors (pure: no Faust, no Kafka)."""

@@ -1,0 +1,126 @@
+"""The Faust app: settings passed in explicitly, topics declared at start-up.
+
+Topics carry raw bytes: agents decode inside their loop so a record that fails
+to decode is dead-lettered with its original bytes instead of being acked and
+lost by Faust's codec (style.md, "Errors are types").
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from app.kafka import CONTRACT_TOPICS, MAX_REQUEST_BYTES
+from app.metrics import Metrics
+from app.settings import Settings
+
+__all__ = ["Runtime", "make_app"]
+
+log = logging.getLogger("mmsync")
+
+
+class _App(faust.App):
+    """faust.App that can swap in the embedded broker's transport."""
+
+    embedded: bool = False
+
+    def _new_transport(self) -> Any:
+        if self.embedded:
+            from app.faust_embedded import EmbeddedTransport
+
+            return EmbeddedTransport(self.conf.broker_consumer, self)
+        return super()._new_transport()
+
+
+@dataclass
+class Runtime:
+    """What the agents of one worker share."""
+
+    settings: Settings
+    app: faust.App
+    topics: dict[str, faust.TopicT]
+    metrics: Metrics
+    #: one thread per modality keeps each modality's batches in order while
+    #: keeping decoding and inference off the event loop.
+    pools: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
+    assigned: set[TP] = field(default_factory=set)
+
+    def pool(self, name: str) -> ThreadPoolExecutor:
+        if name not in self.pools:
+            self.pools[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        return self.pools[name]
+
+
+def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
+    if not s.broker:
+        raise ValueError("make_app needs settings.broker")
+    conf: dict[str, Any] = {
+        "id": f"mmsync-{s.topic_prefix}",
+        "broker": s.broker,
+        "datadir": str(s.data_dir / "faust"),
+        "store": "memory://",
+        "autodiscover": False,
+        "topic_replication_factor": 1,
+        "topic_partitions": s.partitions,
+        "topic_allow_declare": True,
+        "consumer_auto_offset_reset": "earliest",
+        "processing_guarantee": "at_least_once",
+        # Faust's 60 s defaults made a worker take 32 s to become ready on the
+        # embedded broker; these give 7 to 10 s (broker-notes.md).
+        "broker_session_timeout": 6,
+        "broker_heartbeat_interval": 0.5,
+        "broker_rebalance_timeout": 20,
+        "broker_commit_interval": 1.0,
+        "producer_max_request_size": MAX_REQUEST_BYTES,
+        "consumer_max_fetch_size": MAX_REQUEST_BYTES,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+        "web_enabled": True,
+        "web_bind": s.web_host,
+        "web_port": s.web_port,
+        "web_host": s.web_host,
+    }
+    if s.broker_embedded:
+        # One record per produce batch keeps changelog recovery exact on
+        # Tansu (fault 1) - not needed on Apache Kafka.
+        conf["producer_linger_ms"] = 1
+    if s.security_protocol != "PLAINTEXT":
+        conf["broker_credentials"] = _faust_credentials(s)
+    _App.embedded = s.broker_embedded
+    app = _App(**conf)
+    topics = {name: app.topic(s.topic(name), key_type=bytes, value_type=bytes,
+                              partitions=s.partitions) for name in CONTRACT_TOPICS}
+    rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics or Metrics())
+
+    @app.task(on_leader=False)  # type: ignore[misc]
+    async def _declare_topics() -> None:
+        # A topic that is only sent to does not exist until the first send on
+        # Tansu: declare every contract topic up front (broker-notes.md).
+        for t in topics.values():
+            await t.maybe_declare()
+
+    @app.page("/metrics")  # type: ignore[misc]
+    async def _metrics(web: Any, request: Any) -> Any:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return web.bytes(generate_latest(rt.metrics.registry), content_type=CONTENT_TYPE_LATEST)
+
+    return rt
+
+
+def _faust_credentials(s: Settings) -> Any:
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(s.ssl_cafile) if s.ssl_cafile else None)
+    if s.security_protocol == "SSL":
+        return faust.SSLCredentials(ctx)
+    password = s.sasl_password.get_secret_value() if s.sasl_password else ""
+    return faust.SASLCredentials(
+        username=s.sasl_username or "", password=password, mechanism=s.sasl_mechanism,
+        ssl_context=ctx if s.security_protocol == "SASL_SSL" else None,
+    )

@@ -1,0 +1,127 @@
+"""The one settings object, read from ``MMSYNC_*`` environment variables once.
+
+Every field is documented with its variable; ``mmsync --help`` shows them.
+Tests build ``Settings(data_dir=tmp_path, ...)`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["MODALITIES", "Settings", "default_cache_bytes"]
+
+#: The input modalities, in the order the aligner reports them.
+MODALITIES: tuple[str, ...] = ("image", "audio", "text")
+
+
+def default_cache_bytes() -> int:
+    """A sixteenth of physical memory, at most 2 GiB: features are small and the
+    models need the rest."""
+    try:
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        phys = 4 << 30
+    return int(min(phys // 16, 2 << 30))
+
+
+class Settings(BaseSettings):
+    """mmsync settings. Each field ``x`` is read from ``MMSYNC_X``."""
+
+    model_config = SettingsConfigDict(env_prefix="MMSYNC_", frozen=True, extra="ignore")
+
+    broker: str | None = Field(
+        default=None,
+        description="Kafka bootstrap URL, e.g. kafka://127.0.0.1:9092; unset: the embedded broker",
+    )
+    broker_embedded: bool = Field(
+        default=False,
+        description="the broker is the embedded Tansu one: apply its workarounds (set by mmsync)",
+    )
+    topic_prefix: str = Field(default="mm", description="prefix of every topic name")
+    partitions: int = Field(default=8, ge=1, le=1024, description="partitions per topic")
+    data_dir: Path = Field(default=Path(".mmsync"), description="worker state: tables, cache, models")
+    sync_hz: float = Field(default=20.0, gt=0, le=1000, description="rate of the aligned grid, Hz")
+    window_ms: int = Field(default=1000, ge=50, le=600_000, description="event-time window, ms")
+    lateness_ms: int = Field(default=200, ge=0, description="allowed lateness behind the newest ts, ms")
+    idle_ms: int = Field(
+        default=2000, ge=10, description="wall-clock ms after which a silent modality stops holding"
+        " the watermark back",
+    )
+    max_skew_ms: int = Field(default=1000, ge=0, description="largest skew DTW may find, ms")
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="inference device")
+    gpu_mem_limit_mb: int = Field(default=0, ge=0, description="CUDA arena cap, MiB; 0: no cap")
+    cache_max_bytes: int = Field(default_factory=default_cache_bytes, ge=0)
+    image_ttl_s: int = Field(default=300, ge=0)
+    text_ttl_s: int = Field(default=3600, ge=0)
+    audio_ttl_s: int = Field(default=600, ge=0)
+    batch_max: int = Field(default=8, ge=1, le=1024, description="largest micro-batch per agent")
+    batch_wait_ms: int = Field(default=10, ge=0, le=10_000, description="longest wait to fill one")
+    web_host: str = Field(default="127.0.0.1", description="metrics web server bind address")
+    web_port: int = Field(default=6066, ge=0, le=65535, description="metrics web server port")
+    agents: str = Field(default="all", description="comma list of text,image,audio,aligner or all")
+    max_text_bytes: int = Field(default=64 * 1024, description="contract limit on TextEvent.text")
+    max_image_bytes: int = Field(default=8 * 1024 * 1024, description="contract limit on frames")
+    max_audio_bytes: int = Field(default=4 * 1024 * 1024, description="largest PCM chunk, bytes")
+    max_future_s: int = Field(
+        default=7 * 24 * 3600, ge=0, description="how far past now a ts may lie, s (0: no check)"
+    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    log_level: str = Field(default="warning")
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix_ok(cls, v: str) -> str:
+        if not v or any(c not in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+                        for c in v):
+            raise ValueError("topic_prefix may hold only letters, digits, '.', '_' and '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.window_ms * self.sync_hz / 1000.0 < 1:
+            raise ValueError("window_ms is shorter than one tick of sync_hz")
+        return self
+
+    def topic(self, name: str) -> str:
+        """Full name of a contract topic: ``text`` -> ``mm.text``."""
+        return f"{self.topic_prefix}.{name}"
+
+    @property
+    def bootstrap(self) -> str:
+        """host:port list for aiokafka (the ``kafka://`` scheme stripped)."""
+        if not self.broker:
+            raise ValueError("no broker set")
+        return ",".join(u.split("://", 1)[-1] for u in self.broker.split(","))
+
+    @property
+    def enabled_agents(self) -> set[str]:
+        names = {"text", "image", "audio", "aligner"}
+        if self.agents.strip() == "all":
+            return names
+        chosen = {a.strip() for a in self.agents.split(",") if a.strip()}
+        unknown = chosen - names
+        if unknown:
+            raise ValueError(f"unknown agents: {sorted(unknown)}")
+        return chosen
+
+    @property
+    def tick_us(self) -> int:
+        return round(1_000_000 / self.sync_hz)
+
+    @property
+    def ticks_per_window(self) -> int:
+        return max(1, round(self.window_ms * self.sync_hz / 1000.0))
+
+    def ttl_s(self, modality: str) -> int:
+        return {"image": self.image_ttl_s, "text": self.text_ttl_s, "audio": self.audio_ttl_s}[
+            modality
+        ]

@@ -1,0 +1,48 @@
+"""Running one Faust worker, in this process or as a child process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from app.settings import Settings
+
+__all__ = ["run_worker", "spawn_worker"]
+
+
+def run_worker(s: Settings) -> None:
+    """Block running one worker with the agents ``s.agents`` selects."""
+    import faust
+
+    from agents import register_all
+    from app.kafka import wait_for_broker
+    from app.main import make_app
+
+    logging.basicConfig(level=s.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Bounded retries with backoff and one clear message, instead of Faust's
+    # endless reconnect loop when the broker is not there at all.
+    asyncio.run(wait_for_broker(s, timeout_s=30))
+    if "text" in s.enabled_agents:
+        import jieba
+
+        jieba.setLogLevel(logging.WARNING)
+        jieba.initialize()  # 1.4 s once; before the agents so the first caption is not slow
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    rt = make_app(s)
+    register_all(rt)
+    worker = faust.Worker(rt.app, loglevel=s.log_level.upper(), quiet=True,
+                          override_logging=False)
+    worker.execute_from_commandline()
+
+
+def spawn_worker(env: dict[str, str], log_path: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``mmsync worker`` as a child with ``MMSYNC_*`` settings from ``env``."""
+    full = {**os.environ, **env}
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=full, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)

@@ -1,0 +1,1 @@
+"""Wire records of the contract and their msgpack codec. Imports no Faust."""
