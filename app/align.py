@@ -204,8 +204,8 @@ def build_window(
         if rec.trace_id:
             trace_ids.append(rec.trace_id)
         sources.append([rec.modality, rec.src_partition, rec.src_offset])
-        for k, v in rec.stages.items():
-            stages[k] = stages.get(k, 0.0) + float(v)
+        for stage, secs in rec.stages.items():
+            stages[stage] = stages.get(stage, 0.0) + float(secs)
         if "nsfw" in rec.feats:
             nsfw.append(float(rec.feats["nsfw"]))
         terms.update(rec.feats.get("terms", ()))
@@ -238,10 +238,10 @@ def build_window(
         rms = unpack_array(rec.feats["rms"]) if "rms" in rec.feats else np.zeros(0)
         hop = int(rec.feats.get("hop_us", 50_000))
         t = ts + np.arange(len(rms), dtype=np.int64) * hop
-        k = np.clip((t - start) // tick, 0, T - 1)
+        bins = np.clip((t - start) // tick, 0, T - 1)
         inside = (t >= start) & (t < start + cfg.window_us)
-        np.add.at(sums, k[inside], rms[inside])
-        np.add.at(ns, k[inside], 1)
+        np.add.at(sums, bins[inside], rms[inside])
+        np.add.at(ns, bins[inside], 1)
     grid["audio"] = {
         "rms": [float(s / n) if n else None for s, n in zip(sums, ns, strict=True)],
     }

@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from app.errors import BrokerStartError
 
@@ -66,7 +67,7 @@ class EmbeddedBroker:
         self.log_path = log_path
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log = None
+        self._log: IO[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -82,10 +83,10 @@ class EmbeddedBroker:
         cmd = [binary, "broker", "--listener-url", addr, "--advertised-listener-url", addr,
                "--storage-engine", "memory://tansu/"]
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
-        out = subprocess.DEVNULL
+        out: int = subprocess.DEVNULL
         if self.log_path is not None:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-            out = self._log  # type: ignore[assignment]
+            out = self._log.fileno()
         try:
             self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                           start_new_session=True)

@@ -31,7 +31,7 @@ def demo_records(seconds: float) -> list[tuple[str, bytes | None, bytes]]:
         SynthSpec(stream_id="shop-cam", seconds=seconds, seed=1, audio_skew_us=0),
         SynthSpec(stream_id="live-42", seconds=seconds, seed=2, audio_skew_us=0, ch=2, sr=22050),
     ]
-    recs = list(synth_records(specs))
+    recs: list[tuple[str, bytes | None, bytes]] = list(synth_records(specs))
     # Bad input, to show the dead-letter path: random bytes and a frame that is not an image.
     recs.insert(len(recs) // 3, ("image", b"shop-cam", os.urandom(64)))
     recs.insert(len(recs) // 2, ("audio", b"live-42", b"\x81\xa1v\x01"))
@@ -84,7 +84,8 @@ def run_demo(base: Settings, seconds: float = 8.0, timeout_s: float = 120.0) -> 
                                                                     highlight=False)))
         ok = out.accounted == published.total
         console.rule("summary")
-        console.print(f"events in       {published.total}  {dict(sorted(published.by_modality.items()))}")
+        by_mod = dict(sorted(published.by_modality.items()))
+        console.print(f"events in       {published.total}  {by_mod}")
         console.print(f"windows out     {len(out.windows)}")
         console.print(f"merged          {out.merged()}  "
                       f"{ {m: out.merged(m) for m in ('image', 'audio', 'text')} }")
@@ -96,6 +97,5 @@ def run_demo(base: Settings, seconds: float = 8.0, timeout_s: float = 120.0) -> 
         if not ok:
             if proc.poll() is not None:
                 console.print(f"[red]worker exited with {proc.returncode}[/]")
-            console.print(log.read_text(errors="replace")[-4000:], markup=False,
-                          highlight=False, file=sys.stderr)
+            sys.stderr.write(log.read_text(errors="replace")[-4000:])
         return 0 if ok else 1

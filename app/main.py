@@ -97,18 +97,20 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
                               partitions=s.partitions) for name in CONTRACT_TOPICS}
     rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics or Metrics())
 
-    @app.task(on_leader=False)  # type: ignore[misc]
+    @app.task(on_leader=False)
     async def _declare_topics() -> None:
         # A topic that is only sent to does not exist until the first send on
         # Tansu: declare every contract topic up front (broker-notes.md).
         for t in topics.values():
             await t.maybe_declare()
 
-    @app.page("/metrics")  # type: ignore[misc]
+    @app.page("/metrics")
     async def _metrics(web: Any, request: Any) -> Any:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import generate_latest
 
-        return web.bytes(generate_latest(rt.metrics.registry), content_type=CONTENT_TYPE_LATEST)
+        # aiohttp refuses a charset inside content_type; the text format is UTF-8 anyway.
+        return web.bytes(generate_latest(rt.metrics.registry),
+                         content_type="text/plain; version=0.0.4")
 
     return rt
 

@@ -44,10 +44,12 @@ class Settings(BaseSettings):
     )
     topic_prefix: str = Field(default="mm", description="prefix of every topic name")
     partitions: int = Field(default=8, ge=1, le=1024, description="partitions per topic")
-    data_dir: Path = Field(default=Path(".mmsync"), description="worker state: tables, cache, models")
+    data_dir: Path = Field(default=Path(".mmsync"),
+                           description="worker state: tables, cache, models")
     sync_hz: float = Field(default=20.0, gt=0, le=1000, description="rate of the aligned grid, Hz")
     window_ms: int = Field(default=1000, ge=50, le=600_000, description="event-time window, ms")
-    lateness_ms: int = Field(default=200, ge=0, description="allowed lateness behind the newest ts, ms")
+    lateness_ms: int = Field(default=200, ge=0,
+                             description="allowed lateness behind the newest ts, ms")
     idle_ms: int = Field(
         default=2000, ge=10, description="wall-clock ms after which a silent modality stops holding"
         " the watermark back",

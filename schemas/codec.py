@@ -24,7 +24,8 @@ _MAX_LEN = 16 * 1024 * 1024
 
 def encode(obj: dict[str, Any]) -> bytes:
     """Encode a record (a map with string keys) as msgpack bytes."""
-    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+    out: bytes = msgpack.packb(obj, use_bin_type=True)
+    return out
 
 
 def decode_map(raw: bytes | None) -> dict[str, Any]:

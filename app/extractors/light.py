@@ -44,6 +44,11 @@ _MAX_STREAMS = 4096
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS
 
 
+def _check_pixels(w: int, h: int) -> None:
+    if w * h > MAX_PIXELS:
+        raise InvalidInputError("bad_image", f"{w}x{h} exceeds {MAX_PIXELS} pixels")
+
+
 def decode_gray_thumb(data: bytes, fmt: str | None) -> np.ndarray:
     """Decode a JPEG or PNG into a THUMB x THUMB float32 grey image in 0..1.
 
@@ -53,16 +58,13 @@ def decode_gray_thumb(data: bytes, fmt: str | None) -> np.ndarray:
     try:
         if fmt == "jpeg":
             h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-            if h * w > MAX_PIXELS:
-                raise InvalidInputError("bad_image", f"{w}x{h} exceeds {MAX_PIXELS} pixels")
+            _check_pixels(w, h)
             arr = simplejpeg.decode_jpeg(data, colorspace="GRAY", fastdct=True,
                                          fastupsample=True, min_height=THUMB, min_width=THUMB)
             img = Image.fromarray(arr[:, :, 0])
         else:
             img = Image.open(io.BytesIO(data))
-            if img.width * img.height > MAX_PIXELS:
-                raise InvalidInputError("bad_image", f"{img.width}x{img.height} exceeds "
-                                        f"{MAX_PIXELS} pixels")
+            _check_pixels(img.width, img.height)
             img.draft("L", (THUMB * 4, THUMB * 4))
             img = img.convert("L")
         small = img.resize((THUMB, THUMB), Image.Resampling.BILINEAR)

@@ -1,0 +1,84 @@
+"""A real embedded broker per session; a fresh topic prefix and worker per test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from app.broker import EmbeddedBroker, free_port
+from app.settings import Settings
+from app.worker import spawn_worker
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_path=log) as b:
+        yield b
+
+
+@dataclass
+class Pipeline:
+    settings: Settings
+    env: dict[str, str]
+    tmp: Path
+    procs: list[subprocess.Popen[bytes]]
+
+    def start_worker(self, **extra: str) -> subprocess.Popen[bytes]:
+        env = {**self.env, "MMSYNC_WEB_PORT": str(free_port()), **extra}
+        n = len(self.procs)
+        p = spawn_worker(env, self.tmp / f"worker{n}.log")
+        p.web_port = int(env["MMSYNC_WEB_PORT"])  # type: ignore[attr-defined]
+        self.procs.append(p)
+        return p
+
+    def metrics(self, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> str:
+        deadline = time.monotonic() + timeout_s
+        url = f"http://127.0.0.1:{proc.web_port}/metrics"  # type: ignore[attr-defined]
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - loopback
+                    return r.read().decode()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-3000:]
+                         for p in sorted(self.tmp.glob("worker*.log")))
+
+
+def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if p.poll() is None:
+        os.killpg(p.pid, sig)
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+@pytest.fixture
+def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
+    prefix = f"it-{uuid4().hex[:12]}"
+    env = {"MMSYNC_BROKER": broker.url, "MMSYNC_BROKER_EMBEDDED": "1",
+           "MMSYNC_TOPIC_PREFIX": prefix, "MMSYNC_PARTITIONS": "4",
+           "MMSYNC_DATA_DIR": str(tmp_path / "data"), "MMSYNC_IDLE_MS": "1500"}
+    s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix, partitions=4,
+                 data_dir=tmp_path / "data", idle_ms=1500)
+    pl = Pipeline(settings=s, env=env, tmp=tmp_path, procs=[])
+    try:
+        yield pl
+    finally:
+        for p in pl.procs:
+            stop(p)

@@ -1,0 +1,109 @@
+import numpy as np
+
+from app.align import Aligner, AlignerConfig, build_window
+from schemas.codec import pack_array
+from schemas.features import FeatureRecord
+
+CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_hz=20.0)
+
+
+def rec(modality, ts, seq=None, sid="s", dur=0, **feats):
+    return FeatureRecord(stream_id=sid, modality=modality, ts=ts, dur=dur, seq=seq,
+                         trace_id=f"{modality}-{seq}", kafka_ts_ms=0, src_partition=0,
+                         src_offset=seq or 0, feats=feats)
+
+
+def test_window_assignment_and_watermark_close():
+    a = Aligner(CFG)
+    for m in ("image", "audio", "text"):
+        assert a.add(rec(m, 100_000, 0), now=0.0).outcome == "merged"
+    assert a.poll(now=0.1) == []  # nothing has passed 1 s + lateness yet
+    for m in ("image", "audio", "text"):
+        a.add(rec(m, 1_300_000, 1), now=0.2)
+    closed = a.poll(now=0.2)
+    assert [(sid, start, len(rs)) for sid, start, rs in closed] == [("s", 0, 3)]
+
+
+def test_slowest_modality_holds_the_watermark():
+    a = Aligner(CFG)
+    a.add(rec("image", 5_000_000, 0), now=0.0)
+    a.add(rec("audio", 100_000, 0), now=0.0)
+    a.add(rec("text", 5_000_000, 0), now=0.0)
+    assert a.poll(now=0.1) == []  # audio is at 0.1 s: window 0 stays open
+    a.add(rec("audio", 2_500_000, 1), now=0.2)
+    assert [start for _, start, _ in a.poll(now=0.2)] == [0]  # window 2 s ends past 2.3 s
+
+
+def test_unseen_modality_waits_idle_then_stops_holding():
+    a = Aligner(CFG)
+    a.add(rec("image", 100_000, 0), now=0.0)
+    a.add(rec("image", 3_000_000, 1), now=0.0)
+    assert a.poll(now=1.0) == []  # audio and text may still be starting
+    # after idle_s with only image heard, image alone drives the watermark
+    a.add(rec("image", 3_100_000, 2), now=2.5)
+    assert [start for _, start, _ in a.poll(now=2.5)] == [0]
+
+
+def test_idle_modality_stops_holding_and_all_idle_flushes():
+    a = Aligner(CFG)
+    for m in ("image", "audio", "text"):
+        a.add(rec(m, 100_000, 0), now=0.0)
+    a.add(rec("image", 4_000_000, 1), now=1.0)
+    a.add(rec("audio", 4_000_000, 1), now=1.0)
+    assert a.poll(now=1.5) == []  # text (at 0.1 s) still active
+    assert [s for _, s, _ in a.poll(now=2.1)] == [0]  # text idle now
+    assert [s for _, s, _ in a.poll(now=3.5)] == [4_000_000]  # everything idle: flush
+
+
+def test_late_and_duplicate():
+    a = Aligner(CFG)
+    a.add(rec("image", 100_000, 0), now=0.0)
+    assert a.add(rec("image", 100_000, 0), now=0.0).outcome == "duplicate"
+    a.poll(now=10.0)  # all idle: window 0 closes
+    res = a.add(rec("audio", 500_000, 0), now=10.1)
+    assert res.outcome == "late"
+    assert res.late is not None and res.late.window_start == 0 and res.late.window_end == 1_000_000
+    # a record for a new window after the flush is merged
+    assert a.add(rec("audio", 1_500_000, 1), now=10.2).outcome == "merged"
+
+
+def test_empty_gap_windows_are_closed_too():
+    a = Aligner(CFG)
+    a.add(rec("image", 100_000, 0), now=0.0)
+    a.poll(now=5.0)
+    a.add(rec("image", 9_000_000, 1), now=5.0)
+    a.poll(now=10.0)
+    # an event for a window in the gap (never emitted, but passed) is late, not lost
+    assert a.add(rec("image", 5_000_000, 2), now=10.0).outcome == "late"
+
+
+def test_offsets_shift_windows():
+    a = Aligner(CFG, offsets_us=lambda _s, m: 300_000 if m == "audio" else 0)
+    a.add(rec("audio", 1_200_000, 0), now=0.0)
+    assert a.streams["s"].open.keys() == {0}
+
+
+def test_build_window_grid():
+    a = Aligner(CFG)
+    recs = [
+        rec("image", 0, 0, luma=0.5, change=0.0),
+        rec("image", 500_000, 1, luma=0.9, change=0.4),
+        rec("audio", 0, 0, dur=100_000, rms=pack_array(np.array([0.1, 0.3], np.float32)),
+            hop_us=50_000),
+        rec("text", 600_000, 0, dur=200_000, tokens=["你好"], caption=1.0, terms=["x"]),
+    ]
+    for r in recs:
+        a.add(r, now=0.0)
+    w = build_window(a, "s", 0, recs, offsets_ms={}, confidence={}, emitted_at=1)
+    assert w.counts == {"image": 2, "audio": 1, "text": 1}
+    g = w.grid
+    assert len(g["image"]["luma"]) == 20
+    assert g["image"]["luma"][0] == 0.5 and g["image"]["luma"][9] == 0.5
+    assert g["image"]["luma"][10] == 0.9 and g["image"]["luma"][19] == 0.9
+    assert g["image"]["change"][10] == 0.4 and g["image"]["change"][11] == 0.0
+    assert abs(g["audio"]["rms"][0] - 0.1) < 1e-6 and abs(g["audio"]["rms"][1] - 0.3) < 1e-6
+    assert g["audio"]["rms"][2] is None
+    assert g["text"]["caption"][11:17] == [0.0] + [1.0] * 4 + [0.0]  # 600..800 ms
+    assert g["text"]["tokens"][12] == ["你好"]
+    assert w.moderation["terms"] == ["x"]
+    assert sorted(w.trace_ids) == sorted(r.trace_id for r in recs)
