@@ -49,7 +49,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_demo(base: Settings, seconds: float = 8.0, timeout_s: float = 120.0) -> int:
-    console = Console()
+    console = Console(soft_wrap=True)  # one window per line, however narrow the terminal
     t_start = time.monotonic()
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mmsync-demo-")))

@@ -43,3 +43,23 @@ def test_audio_rms_per_50ms():
 def test_tokenize_chinese_and_english():
     assert tokenize("今天我们看看新产品") == ["今天", "我们", "看看", "新", "产品"]
     assert tokenize("Hello, World!") == ["hello", "world"]
+
+
+def test_parse_srt_and_wav_records(tmp_path):
+    import wave
+
+    from app.produce import parse_srt, wav_records
+    from schemas.events import decode_event
+
+    cues = parse_srt("1\n00:00:01,500 --> 00:00:02,000\n你好\n世界\n\n2\n00:01:00,000 --> "
+                     "00:01:01,250\nbye\n")
+    assert cues == [(1_500_000, 2_000_000, "你好 世界"), (60_000_000, 61_250_000, "bye")]
+    p = tmp_path / "a.wav"
+    with wave.open(str(p), "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(b"\0\0" * 2 * 1200)  # 150 ms
+    recs = list(wav_records(p, "s", 0, chunk_ms=100))
+    evs = [decode_event("audio", k, v) for _, k, v in recs]
+    assert [e.ts for e in evs] == [0, 100_000] and evs[1].duration_us == 50_000
