@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
-from faust.types import TP
 
 from app.kafka import CONTRACT_TOPICS, MAX_REQUEST_BYTES
 from app.metrics import Metrics
@@ -48,7 +47,6 @@ class Runtime:
     #: one thread per modality keeps each modality's batches in order while
     #: keeping decoding and inference off the event loop.
     pools: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
-    assigned: set[TP] = field(default_factory=set)
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         if name not in self.pools:
@@ -85,10 +83,6 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         "web_port": s.web_port,
         "web_host": s.web_host,
     }
-    if s.broker_embedded:
-        # One record per produce batch keeps changelog recovery exact on
-        # Tansu (fault 1) - not needed on Apache Kafka.
-        conf["producer_linger_ms"] = 1
     if s.security_protocol != "PLAINTEXT":
         conf["broker_credentials"] = _faust_credentials(s)
     _App.embedded = s.broker_embedded
