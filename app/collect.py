@@ -9,6 +9,7 @@ from typing import Any
 
 from app.kafka import make_consumer
 from app.settings import Settings
+from schemas.aligned import window_id
 from schemas.codec import decode_map
 
 __all__ = ["Outputs", "collect"]
@@ -33,7 +34,7 @@ class Outputs:
 
     def add(self, kind: str, value: dict[str, Any]) -> None:
         if kind == "aligned":
-            wid = value.get("id") or f"{value['stream_id']}@{value['window_start']}"
+            wid = value.get("id") or window_id(value["stream_id"], value["window_start"])
             if wid in self._ids:
                 self.duplicate_windows += 1
                 return

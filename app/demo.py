@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +19,7 @@ from app.produce import publish
 from app.render import render_window
 from app.settings import Settings
 from app.synth import SynthSpec, synth_records
-from app.worker import spawn_worker
+from app.worker import spawn_worker, stop_process
 
 __all__ = ["demo_records", "run_demo"]
 
@@ -36,16 +34,6 @@ def demo_records(seconds: float) -> list[tuple[str, bytes | None, bytes]]:
     recs.insert(len(recs) // 3, ("image", b"shop-cam", os.urandom(64)))
     recs.insert(len(recs) // 2, ("audio", b"live-42", b"\x81\xa1v\x01"))
     return recs
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def run_demo(base: Settings, seconds: float = 8.0, timeout_s: float = 120.0) -> int:
@@ -69,7 +57,7 @@ def run_demo(base: Settings, seconds: float = 8.0, timeout_s: float = 120.0) -> 
                "MMSYNC_WEB_PORT": str(free_port())}
         log = workdir / "worker.log"
         proc = spawn_worker(env, log)
-        stack.callback(_stop, proc)
+        stack.callback(stop_process, proc)
         records = demo_records(seconds)
         console.print(f"publishing {len(records)} records of 2 streams ({seconds:.0f} s of "
                       f"media) to {s.topic_prefix}.text/image/audio")

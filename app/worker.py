@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from app.settings import Settings
 
-__all__ = ["run_worker", "spawn_worker"]
+__all__ = ["run_worker", "spawn_worker", "stop_process"]
 
 
 def run_worker(s: Settings) -> None:
@@ -46,3 +47,15 @@ def spawn_worker(env: dict[str, str], log_path: Path | None = None) -> subproces
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=full, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
+                 timeout_s: float = 20.0) -> None:
+    """Signal a child's process group, wait, and SIGKILL it if it does not exit."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 import urllib.request
@@ -16,7 +14,7 @@ import pytest
 
 from app.broker import EmbeddedBroker, free_port
 from app.settings import Settings
-from app.worker import spawn_worker
+from app.worker import spawn_worker, stop_process
 
 
 @pytest.fixture(scope="session")
@@ -58,16 +56,6 @@ class Pipeline:
                          for p in sorted(self.tmp.glob("worker*.log")))
 
 
-def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if p.poll() is None:
-        os.killpg(p.pid, sig)
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
 @pytest.fixture
 def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
     prefix = f"it-{uuid4().hex[:12]}"
@@ -81,4 +69,4 @@ def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
         yield pl
     finally:
         for p in pl.procs:
-            stop(p)
+            stop_process(p)
