@@ -1,4 +1,17 @@
-"""The aligner agent: feature records in, aligned windows (and late events) out."""
+"""The aligner agent: feature records in, aligned windows (and late events) out.
+
+Durability by manual acks: a feature record is acked only once its window
+has been sent (or it went to ``mm.late``, ``mm.dlq`` or was a duplicate), and
+Faust commits only the contiguous acked prefix of each partition, after
+flushing the producer. A worker that dies loses nothing: the next owner of
+the partition replays every record of a window not yet emitted. Windows that
+were emitted and are replayed again come out with the same id
+(``stream_id@window_start``), for consumers to de-duplicate. No table is
+involved, so the embedded broker's end-offset fault (changelog recovery
+stops short, broker-notes.md) cannot lose state; the skew estimate is the
+one thing a restart forgets, and it re-converges within seconds while the
+watermark waits for it (app.align, "margin").
+"""
 
 from __future__ import annotations
 
@@ -10,7 +23,6 @@ from app.align import Aligner, AlignerConfig, build_window
 from app.dlq import RawMsg, dead_letter
 from app.errors import InvalidInputError
 from app.main import Runtime
-from app.settings import MODALITIES
 from schemas.features import FeatureRecord
 
 __all__ = ["register"]
@@ -23,31 +35,43 @@ def register(rt: Runtime) -> Aligner:
     s = rt.settings
     aligner = Aligner(AlignerConfig(
         window_us=s.window_ms * 1000, lateness_us=s.lateness_ms * 1000, idle_s=s.idle_ms / 1000,
-        rate_hz=s.sync_hz,
+        rate_hz=s.sync_hz, correct_skew=s.skew_correction, max_skew_us=s.max_skew_ms * 1000,
+        skew_context_us=s.skew_context_ms * 1000,
     ))
     m = rt.metrics
     aligned, late_topic = rt.topics["aligned"], rt.topics["late"]
+    #: id(record) -> the Faust event it came in, acked once the record is placed.
+    held: dict[int, Any] = {}
+    #: stream_id -> partition of the features topic it arrives on.
+    partition_of: dict[str, int] = {}
 
     async def emit(stream_ids: list[str] | None, arrived: float) -> None:
-        now = time.time()
-        for sid, start, recs in aligner.poll(now, stream_ids):
+        for sid, start, recs in aligner.poll(time.time(), stream_ids):
             t0 = time.perf_counter()
             emitted_at = time.time_ns() // 1000
-            offsets = dict.fromkeys(MODALITIES, 0.0)
-            conf = {mod: 1.0 if mod == "image" else 0.0 for mod in MODALITIES}
+            mods = aligner.cfg.modalities
+            offsets = {mod: aligner.offset_us(sid, mod) / 1000.0 for mod in mods}
+            conf = {mod: aligner.confidence(sid, mod) for mod in mods}
             win = build_window(aligner, sid, start, recs, offsets_ms=offsets, confidence=conf,
                                emitted_at=emitted_at)
             win.stages["align"] = time.perf_counter() - t0
+            # arrival of the record (or idle tick) that closed it to its send, s
+            sync = win.stages["sync"] = max(0.0, time.time() - arrived)
             await aligned.send(key=sid.encode(), value=win.encode())
             m.windows.inc()
             m.stage.labels("align").observe(win.stages["align"])
-            m.sync_latency.observe(max(0.0, time.time() - arrived))
+            m.sync_latency.observe(sync)
+            for mod, off in offsets.items():
+                m.offset_ms.labels(mod).set(off)
             for rec in recs:
                 m.e2e.observe(max(0.0, emitted_at / 1e6 - rec.kafka_ts_ms / 1e3))
+                ev = held.pop(id(rec), None)
+                if ev is not None:
+                    ev.ack()
         m.open_records.set(aligner.open_records())
 
     async def agent(stream: Any) -> None:
-        async for event in stream.events():
+        async for event in stream.noack().events():
             msg = event.message
             arrived = time.time()
             try:
@@ -56,17 +80,37 @@ def register(rt: Runtime) -> Aligner:
                 raw = RawMsg(topic=msg.topic, partition=msg.partition, offset=msg.offset,
                              key=msg.key, value=msg.value, timestamp_ms=0)
                 await send_dead_letter(rt, dead_letter(raw, exc.reason, exc.detail), "features")
+                event.ack()
                 continue
+            partition_of[rec.stream_id] = msg.partition
             res = aligner.add(rec, arrived)
             m.events.labels(rec.modality, res.outcome).inc()
-            if res.late is not None:
-                m.late.labels(rec.modality).inc()
-                await late_topic.send(key=rec.stream_id.encode(), value=res.late.encode())
+            if res.outcome == "merged":
+                held[id(rec)] = event
+            else:
+                if res.late is not None:
+                    m.late.labels(rec.modality).inc()
+                    await late_topic.send(key=rec.stream_id.encode(), value=res.late.encode())
+                event.ack()
             await emit([rec.stream_id], arrived)
 
     async def idle_flush() -> None:
         await emit(None, time.time())
 
+    async def on_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
+        # The new owner replays what we held (it was never acked): drop it here
+        # so this worker cannot emit a window of a stream it no longer owns.
+        gone = {tp.partition for tp in revoked if tp.topic == s.topic("features")}
+        sids = [sid for sid, p in partition_of.items() if p in gone]
+        for sid in sids:
+            st = aligner.streams.get(sid)
+            for rec in st.pending if st is not None else ():
+                held.pop(id(rec), None)
+            partition_of.pop(sid, None)
+        aligner.forget(sids)
+        m.open_records.set(aligner.open_records())
+
     rt.app.agent(rt.topics["features"], name="mmsync.aligner")(agent)
     rt.app.timer(_TICK_S, name="mmsync.aligner.idle")(idle_flush)
+    rt.app.on_partitions_revoked.connect(on_revoked)
     return aligner

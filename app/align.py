@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from app.settings import MODALITIES
+from app.skew import SkewConfig, StreamSkew
 from schemas.aligned import AlignedWindow, LateEvent
 from schemas.codec import unpack_array
 from schemas.features import FeatureRecord
@@ -45,6 +46,11 @@ class AlignerConfig:
     rate_hz: float = 20.0
     reference: str = "image"
     modalities: tuple[str, ...] = MODALITIES
+    #: estimate skew by DTW and correct for it (off: every offset is 0).
+    correct_skew: bool = True
+    max_skew_us: int = 1_000_000
+    #: how much media the skew estimate looks at, us.
+    skew_context_us: int = 8_000_000
 
     @property
     def tick_us(self) -> int:
@@ -67,7 +73,12 @@ class AddResult:
 @dataclass(slots=True)
 class StreamState:
     first_seen: float
-    open: dict[int, list[FeatureRecord]] = field(default_factory=dict)
+    skew: StreamSkew
+    #: records not yet emitted. They are bucketed into windows only when
+    #: their window closes, with the skew estimate of that moment, so a
+    #: better estimate moves records that are still open.
+    pending: list[FeatureRecord] = field(default_factory=list)
+    #: newest raw (uncorrected) end time per modality, us.
     newest: dict[str, int] = field(default_factory=dict)
     heard: dict[str, float] = field(default_factory=dict)
     #: every window ending at or before this has been emitted (or never had data).
@@ -80,22 +91,52 @@ class StreamState:
 class Aligner:
     """Windows of many streams. Not thread-safe: one per aligner agent."""
 
-    def __init__(
-        self, cfg: AlignerConfig, offsets_us: Callable[[str, str], int] | None = None
-    ) -> None:
+    def __init__(self, cfg: AlignerConfig) -> None:
         self.cfg = cfg
         self.streams: dict[str, StreamState] = {}
-        #: (stream_id, modality) -> lag behind the reference, microseconds.
-        self._offset = offsets_us or (lambda _s, _m: 0)
+        self._skew_cfg = SkewConfig(tick_us=cfg.tick_us, max_skew_us=cfg.max_skew_us,
+                                    context_us=cfg.skew_context_us, reference=cfg.reference)
+
+    # -- skew --------------------------------------------------------------
+    def offset_us(self, stream_id: str, modality: str) -> int:
+        """Estimated lag of ``modality`` behind the reference in this stream, us."""
+        st = self.streams.get(stream_id)
+        if st is None or not self.cfg.correct_skew:
+            return 0
+        return st.skew.offset_us(modality)
+
+    def confidence(self, stream_id: str, modality: str) -> float:
+        st = self.streams.get(stream_id)
+        if modality == self.cfg.reference:
+            return 1.0
+        if st is None or not self.cfg.correct_skew:
+            return 0.0
+        return st.skew.confidence(modality)
+
+    def margin_us(self, st: StreamState, modality: str) -> int:
+        """How far a modality's corrected time may still move, us.
+
+        Until its skew is known with confidence, a modality's content for a
+        window may arrive anywhere within ``max_skew`` of it: the watermark
+        waits that much longer rather than turn correct records into late ones.
+        """
+        if modality == self.cfg.reference or not self.cfg.correct_skew:
+            return 0
+        return round(self.cfg.max_skew_us * (1.0 - st.skew.confidence(modality)))
 
     # -- input -------------------------------------------------------------
     def corrected_ts(self, rec: FeatureRecord) -> int:
-        return rec.ts - self._offset(rec.stream_id, rec.modality)
+        return rec.ts - self.offset_us(rec.stream_id, rec.modality)
+
+    def _state(self, stream_id: str, now: float) -> StreamState:
+        st = self.streams.get(stream_id)
+        if st is None:
+            st = self.streams[stream_id] = StreamState(
+                first_seen=now, skew=StreamSkew(self._skew_cfg, self.cfg.modalities))
+        return st
 
     def add(self, rec: FeatureRecord, now: float) -> AddResult:
-        st = self.streams.get(rec.stream_id)
-        if st is None:
-            st = self.streams[rec.stream_id] = StreamState(first_seen=now)
+        st = self._state(rec.stream_id, now)
         if rec.seq is not None:
             seen = st.seqs.setdefault(rec.modality, OrderedDict())
             if rec.seq in seen:
@@ -115,8 +156,9 @@ class Aligner:
                 at=int(now * 1_000_000), feats=rec.feats,
             )
             return AddResult("late", late=late, window_start=start)
-        st.newest[rec.modality] = max(st.newest.get(rec.modality, -1), ts + rec.dur)
-        st.open.setdefault(start, []).append(rec)
+        st.newest[rec.modality] = max(st.newest.get(rec.modality, -1), rec.ts + rec.dur)
+        st.pending.append(rec)
+        st.skew.observe(rec)
         return AddResult("merged", window_start=start)
 
     # -- output ------------------------------------------------------------
@@ -131,8 +173,12 @@ class Aligner:
                     return -math.inf  # a modality may still be starting up
                 continue
             if now - heard < idle:
-                marks.append(st.newest[m] - self.cfg.lateness_us)
+                corrected = st.newest[m] - self.offset_us_of(st, m) - self.margin_us(st, m)
+                marks.append(corrected - self.cfg.lateness_us)
         return min(marks) if marks else math.inf
+
+    def offset_us_of(self, st: StreamState, modality: str) -> int:
+        return st.skew.offset_us(modality) if self.cfg.correct_skew else 0
 
     def poll(self, now: float, streams: Iterable[str] | None = None) -> list[
         tuple[str, int, list[FeatureRecord]]
@@ -142,15 +188,27 @@ class Aligner:
         W = self.cfg.window_us
         for sid in list(self.streams if streams is None else streams):
             st = self.streams.get(sid)
-            if st is None or not st.open and st.closed_until >= 0:
+            if st is None or not st.pending:
                 continue
+            if self.cfg.correct_skew:
+                st.skew.maybe_update()
             wm = self.watermark(st, now)
             if wm == -math.inf:
                 continue
-            for start in sorted(st.open):
-                if start + W > wm:
-                    break
-                out.append((sid, start, st.open.pop(start)))
+            buckets: dict[int, list[FeatureRecord]] = {}
+            keep: list[FeatureRecord] = []
+            for rec in st.pending:
+                start = max(0, rec.ts - self.offset_us_of(st, rec.modality)) // W * W
+                # a record whose window closed since it came in (the skew
+                # estimate moved it back) joins the oldest window still open
+                start = max(start, st.closed_until)
+                if start + W <= wm:
+                    buckets.setdefault(start, []).append(rec)
+                else:
+                    keep.append(rec)
+            st.pending = keep
+            for start in sorted(buckets):
+                out.append((sid, start, buckets[start]))
                 st.closed_until = max(st.closed_until, start + W)
             if math.isfinite(wm) and wm > 0:
                 st.closed_until = max(st.closed_until, int(wm) // W * W)
@@ -162,7 +220,7 @@ class Aligner:
             self.streams.pop(sid, None)
 
     def open_records(self) -> int:
-        return sum(len(v) for st in self.streams.values() for v in st.open.values())
+        return sum(len(st.pending) for st in self.streams.values())
 
 
 def _tick_of(ts: int, start: int, tick_us: int, ticks: int) -> int:

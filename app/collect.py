@@ -22,7 +22,9 @@ class Outputs:
     dlq: list[dict[str, Any]] = field(default_factory=list)
     #: window ids seen more than once (a replay after a crash); not counted twice.
     duplicate_windows: int = 0
-    _ids: set[str] = field(default_factory=set)
+    #: late events and dead letters seen again (replayed after a crash).
+    duplicate_other: int = 0
+    _ids: set[Any] = field(default_factory=set)
 
     def merged(self, modality: str | None = None) -> int:
         return sum(v for w in self.windows for m, v in w["counts"].items()
@@ -41,9 +43,22 @@ class Outputs:
             self._ids.add(wid)
             self.windows.append(value)
         elif kind == "late":
+            if self._seen(("late", value.get("stream_id"), value.get("modality"),
+                           *(value.get("src") or ()))):
+                return
             self.late.append(value)
         else:
+            if self._seen(("dlq", value.get("source_topic"), value.get("partition"),
+                           value.get("offset"))):
+                return
             self.dlq.append(value)
+
+    def _seen(self, ident: tuple[Any, ...]) -> bool:
+        if ident in self._ids:
+            self.duplicate_other += 1
+            return True
+        self._ids.add(ident)
+        return False
 
 
 async def collect(

@@ -74,6 +74,10 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         "broker_heartbeat_interval": 0.5,
         "broker_rebalance_timeout": 20,
         "broker_commit_interval": 1.0,
+        # The aligner holds its acks until a record's window is emitted; on a
+        # rebalance the new owner replays those records, so there is nothing
+        # to wait for (Faust would wait for acks that never come).
+        "stream_wait_empty": False,
         "producer_max_request_size": MAX_REQUEST_BYTES,
         "consumer_max_fetch_size": MAX_REQUEST_BYTES,
         "key_serializer": "raw",

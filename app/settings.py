@@ -55,8 +55,38 @@ class Settings(BaseSettings):
         " the watermark back",
     )
     max_skew_ms: int = Field(default=1000, ge=0, description="largest skew DTW may find, ms")
+    skew_correction: bool = Field(
+        default=True, description="estimate each stream's skew by DTW and correct for it")
+    skew_context_ms: int = Field(
+        default=8000, ge=1000, le=60_000,
+        description="media the skew estimate compares per update, ms")
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="inference device")
     gpu_mem_limit_mb: int = Field(default=0, ge=0, description="CUDA arena cap, MiB; 0: no cap")
+    models: Literal["full", "light"] = Field(
+        default="full", description="full: the real models (embeddings, NSFW, VAD, mel, terms);"
+        " light: only the cheap signals the aligner needs (luma, change, rms, tokens)",
+    )
+    models_dir: Path | None = Field(
+        default=None, description="where exported/converted ONNX files live; unset: data_dir/models",
+    )
+    model_threads: int = Field(
+        default=0, ge=0, le=64, description="intra-op threads per model session; 0: 1 on a box of"
+        " up to 2 cores, else a third of the cores (at most 4)",
+    )
+    tensorrt: bool = Field(default=True, description="use TensorRT when its libraries load (engines"
+                           " are built on first use of each batch shape, cached in models_dir)")
+    ocr_every_n_frames: int = Field(
+        default=0, ge=0, description="OCR one frame in N per stream (0.4-0.9 s per frame on a CPU);"
+        " 0: off",
+    )
+    image_dedup: bool = Field(default=True, description="a near-duplicate frame reuses the"
+                              " features of its stream's last computed frame")
+    text_embedding: bool = Field(default=True, description="multilingual-e5-small sentence"
+                                 " embedding of each text (about 20 ms per new sentence)")
+    terms_files: str = Field(
+        default="", description="comma list of extra sensitive-term files (one term a line, '#'"
+        " comments), added to the shipped zh/en defaults",
+    )
     cache_max_bytes: int = Field(default_factory=default_cache_bytes, ge=0)
     image_ttl_s: int = Field(default=300, ge=0)
     text_ttl_s: int = Field(default=3600, ge=0)
@@ -87,11 +117,28 @@ class Settings(BaseSettings):
             raise ValueError("topic_prefix may hold only letters, digits, '.', '_' and '-'")
         return v
 
+    @field_validator("terms_files")
+    @classmethod
+    def _terms_exist(cls, v: str) -> str:
+        missing = [p.strip() for p in v.split(",") if p.strip() and not Path(p.strip()).is_file()]
+        if missing:
+            raise ValueError(f"terms_files not found: {missing}")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if self.window_ms * self.sync_hz / 1000.0 < 1:
             raise ValueError("window_ms is shorter than one tick of sync_hz")
         return self
+
+    @property
+    def models_path(self) -> Path:
+        """Directory of exported model files (``models_dir`` or ``data_dir/models``)."""
+        return self.models_dir or self.data_dir / "models"
+
+    @property
+    def terms_paths(self) -> list[Path]:
+        return [Path(p.strip()) for p in self.terms_files.split(",") if p.strip()]
 
     def topic(self, name: str) -> str:
         """Full name of a contract topic: ``text`` -> ``mm.text``."""

@@ -4,7 +4,11 @@ from app.align import Aligner, AlignerConfig, build_window
 from schemas.codec import pack_array
 from schemas.features import FeatureRecord
 
-CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_hz=20.0)
+# Watermark and windowing semantics without skew correction (offsets 0, no margin);
+# skew correction has its own tests below and in test_skew.py.
+CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_hz=20.0,
+                    correct_skew=False)
+SKEW_CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_hz=20.0)
 
 
 def rec(modality, ts, seq=None, sid="s", dur=0, **feats):
@@ -77,10 +81,38 @@ def test_empty_gap_windows_are_closed_too():
     assert a.add(rec("image", 5_000_000, 2), now=10.0).outcome == "late"
 
 
-def test_offsets_shift_windows():
-    a = Aligner(CFG, offsets_us=lambda _s, m: 300_000 if m == "audio" else 0)
+def _know_audio_offset(a: Aligner, offset_us: int, confidence: float = 1.0) -> None:
+    flt = a.streams["s"].skew.filters["audio"]
+    flt.offset_us, flt.confidence = offset_us, confidence
+
+
+def test_offsets_shift_windows_at_close_time():
+    a = Aligner(SKEW_CFG)
+    a.add(rec("image", 100_000, 0), now=0.0)
     a.add(rec("audio", 1_200_000, 0), now=0.0)
-    assert a.streams["s"].open.keys() == {0}
+    # the estimate arrives while the record is still open: it moves to window 0
+    _know_audio_offset(a, 300_000)
+    a.add(rec("text", 5_000_000, 0), now=0.1)
+    a.add(rec("image", 5_000_000, 1), now=0.1)
+    a.add(rec("audio", 5_400_000, 1), now=0.1)
+    closed = a.poll(now=0.1)
+    assert [(start, sorted(r.modality for r in rs)) for _, start, rs in closed] == [
+        (0, ["audio", "image"])]
+    # (an update with nothing to estimate from lets the confidence decay a little)
+    assert a.offset_us("s", "audio") == 300_000 and a.confidence("s", "audio") >= 0.8
+
+
+def test_unsure_skew_holds_the_watermark_back():
+    a = Aligner(SKEW_CFG)
+    for m in ("image", "audio", "text"):
+        a.add(rec(m, 100_000, 0), now=0.0)
+        a.add(rec(m, 1_500_000, 1), now=0.0)
+    # 1.5 s - 0.2 s lateness would close window 0, but audio and text may be
+    # up to 1 s off while their skew is unknown: wait
+    assert a.poll(now=0.1) == []
+    _know_audio_offset(a, 0)
+    a.streams["s"].skew.filters["text"].confidence = 1.0
+    assert [start for _, start, _ in a.poll(now=0.1)] == [0]
 
 
 def test_build_window_grid():
