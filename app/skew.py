@@ -162,11 +162,11 @@ class StreamSkew:
                 # and 1 sample) has a meaningless energy: leave it out
                 energy = energy[:-1]
             contiguous = abs(rec.ts - tr.last_energy_end) <= hop
-            prev = tr.last_energy if contiguous else None
-            seq = energy if prev is None else np.concatenate(([prev], energy))
+            prev_e = tr.last_energy if contiguous else None
+            seq = energy if prev_e is None else np.concatenate(([prev_e], energy))
             rises = np.maximum(np.diff(seq), 0.0)
             # the rise into hop k sits at hop k's start
-            base = rec.ts if prev is not None else rec.ts + hop
+            base = rec.ts if prev_e is not None else rec.ts + hop
             for k, w in enumerate(rises):
                 tr.push(base + k * hop, float(w))
             if len(energy):
