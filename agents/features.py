@@ -40,6 +40,11 @@ def register(rt: Runtime, modality: str) -> None:
     async def agent(stream: Any) -> None:
         loop = asyncio.get_running_loop()
         pool = rt.pool(modality)
+        # Load (and on first run export) the models before the first batch, in
+        # the modality's thread: the event loop keeps heartbeating meanwhile.
+        t0 = time.perf_counter()
+        await loop.run_in_executor(pool, pipeline.warm, modality)
+        rt.metrics.stage.labels(f"load_{modality}").observe(time.perf_counter() - t0)
         async for batch in stream.take_events(s.batch_max, within=within):
             msgs = [_raw(e) for e in batch]
             rt.metrics.batch_size.observe(len(msgs))

@@ -1,6 +1,9 @@
 """Turn a batch of raw input records into feature records or dead letters (pure, blocking).
 
-Runs in a worker thread (one per modality, so each stream's order holds).
+Runs in a worker thread (one per modality, so each stream's order holds). A
+batch is decoded first, then each model runs once on all of it: batching is
+where the models' throughput comes from (``scripts/bench_extract.py``).
+With ``models="light"`` only the cheap aligner signals are computed.
 """
 
 from __future__ import annotations
@@ -11,7 +14,11 @@ from typing import Any
 
 from app.dlq import RawMsg, dead_letter
 from app.errors import InvalidInputError
+from app.extractors.audio import AudioExtractor
+from app.extractors.image import ImageExtractor
 from app.extractors.light import ImageSignals, audio_signals, text_signals
+from app.extractors.runtime import ModelRuntime
+from app.extractors.text import TermMatcher, TextExtractor
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 from schemas.events import AudioChunk, Event, FrameEvent, Limits, TextEvent, decode_event
@@ -21,45 +28,114 @@ __all__ = ["FeaturePipeline"]
 
 log = logging.getLogger(__name__)
 
+_Result = dict[str, Any] | Exception
+
+
+class _Light:
+    """The light profile: per-event signals, no models."""
+
+    def __init__(self) -> None:
+        self._image = ImageSignals()
+        self.load_s: dict[str, float] = {}
+
+    def load(self) -> None:
+        return None
+
+    def run(self, events: list[Any]) -> list[_Result]:
+        out: list[_Result] = []
+        for ev in events:
+            try:
+                if isinstance(ev, FrameEvent):
+                    out.append(self._image(ev))
+                elif isinstance(ev, AudioChunk):
+                    out.append(audio_signals(ev))
+                elif isinstance(ev, TextEvent):
+                    out.append(text_signals(ev))
+                else:
+                    raise TypeError(type(ev))
+            except InvalidInputError as exc:
+                out.append(exc)
+        return out
+
 
 class FeaturePipeline:
+    """Per-modality extractors, built lazily in the thread that first uses them."""
+
     def __init__(self, s: Settings) -> None:
+        self.settings = s
         self.limits = Limits(max_text_bytes=s.max_text_bytes, max_image_bytes=s.max_image_bytes,
                              max_audio_bytes=s.max_audio_bytes, max_future_s=s.max_future_s)
-        self._image = ImageSignals()
+        self.runtime = ModelRuntime(s.device, s.gpu_mem_limit_mb, s.models_path,
+                                    s.model_threads, s.tensorrt)
+        self._extractors: dict[str, Any] = {}
+
+    def extractor(self, modality: str) -> Any:
+        ex = self._extractors.get(modality)
+        if ex is None:
+            s = self.settings
+            if s.models == "light":
+                ex = _Light()
+            elif modality == "image":
+                ex = ImageExtractor(self.runtime, s.ocr_every_n_frames, s.image_dedup,
+                                    self.runtime.threads)
+            elif modality == "audio":
+                ex = AudioExtractor(self.runtime)
+            elif modality == "text":
+                ex = TextExtractor(TermMatcher.from_files(s.terms_paths), s.text_embedding,
+                                   self.runtime.threads)
+            else:
+                raise ValueError(f"unknown modality {modality!r}")
+            self._extractors[modality] = ex
+        return ex
+
+    def warm(self, modality: str) -> dict[str, float]:
+        """Load (and export, the first time) the modality's models; seconds per model."""
+        ex = self.extractor(modality)
+        ex.load()
+        return dict(ex.load_s)
 
     def features(self, ev: Event) -> dict[str, Any]:
-        if isinstance(ev, FrameEvent):
-            return self._image(ev)
-        if isinstance(ev, AudioChunk):
-            return audio_signals(ev)
-        if isinstance(ev, TextEvent):
-            return text_signals(ev)
-        raise TypeError(type(ev))
+        """Features of one event (a batch of one); raises what the extractor raised."""
+        modality = ("image" if isinstance(ev, FrameEvent) else
+                    "audio" if isinstance(ev, AudioChunk) else "text")
+        res = self.extractor(modality).run([ev])[0]
+        if isinstance(res, Exception):
+            raise res
+        return dict(res)
 
     def process(self, modality: str, msgs: list[RawMsg]) -> list[FeatureRecord | DeadLetter]:
         """One output per input, in input order."""
-        out: list[FeatureRecord | DeadLetter] = []
-        for msg in msgs:
+        out: list[FeatureRecord | DeadLetter | None] = [None] * len(msgs)
+        events: list[tuple[int, Event, float]] = []
+        for i, msg in enumerate(msgs):
             t0 = time.perf_counter()
             try:
-                ev = decode_event(modality, msg.key, msg.value, self.limits)
-                t1 = time.perf_counter()
-                feats = self.features(ev)
+                events.append((i, decode_event(modality, msg.key, msg.value, self.limits),
+                               time.perf_counter() - t0))
             except InvalidInputError as exc:
-                out.append(dead_letter(msg, exc.reason, exc.detail))
-                continue
+                out[i] = dead_letter(msg, exc.reason, exc.detail)
+        if events:
+            t1 = time.perf_counter()
+            try:
+                results = self.extractor(modality).run([ev for _, ev, _ in events])
             except Exception as exc:  # noqa: BLE001 - a worker never crashes on data
-                log.exception("extractor failed on %s[%d]@%d", msg.topic, msg.partition,
-                              msg.offset)
-                out.append(dead_letter(msg, "extract_failed", f"{type(exc).__name__}: {exc}"))
-                continue
-            t2 = time.perf_counter()
-            out.append(FeatureRecord(
-                stream_id=ev.stream_id, modality=modality, ts=ev.ts, dur=ev.duration_us,
-                seq=ev.seq, trace_id=ev.trace_id or f"{modality}-{msg.partition}-{msg.offset}",
-                kafka_ts_ms=msg.timestamp_ms,
-                src_partition=msg.partition, src_offset=msg.offset, feats=feats,
-                stages={"decode": t1 - t0, "model": t2 - t1},
-            ))
-        return out
+                log.exception("extractor failed on a %s batch of %d", modality, len(events))
+                results = [exc] * len(events)
+            # The batch ran as one: each item is charged its share.
+            model_s = (time.perf_counter() - t1) / len(events)
+            for (i, ev, decode_s), res in zip(events, results, strict=True):
+                msg = msgs[i]
+                if isinstance(res, InvalidInputError):
+                    out[i] = dead_letter(msg, res.reason, res.detail)
+                elif isinstance(res, Exception):
+                    out[i] = dead_letter(msg, "extract_failed", f"{type(res).__name__}: {res}")
+                else:
+                    out[i] = FeatureRecord(
+                        stream_id=ev.stream_id, modality=modality, ts=ev.ts, dur=ev.duration_us,
+                        seq=ev.seq,
+                        trace_id=ev.trace_id or f"{modality}-{msg.partition}-{msg.offset}",
+                        kafka_ts_ms=msg.timestamp_ms, src_partition=msg.partition,
+                        src_offset=msg.offset, feats=res,
+                        stages={"decode": decode_s, "model": model_s},
+                    )
+        return [o for o in out if o is not None]

