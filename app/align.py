@@ -29,7 +29,7 @@ import numpy as np
 from app.settings import MODALITIES
 from app.skew import SkewConfig, StreamSkew
 from schemas.aligned import AlignedWindow, LateEvent
-from schemas.codec import unpack_array
+from schemas.codec import pack_array, unpack_array
 from schemas.features import FeatureRecord
 
 __all__ = ["AddResult", "Aligner", "AlignerConfig", "StreamState", "build_window"]
@@ -223,6 +223,17 @@ class Aligner:
         return sum(len(st.pending) for st in self.streams.values())
 
 
+def _mean_embedding(recs: Iterable[FeatureRecord]) -> dict[str, Any] | None:
+    """The window's mean embedding, unit length, float16 (one per window, not per
+    tick: 1280 numbers x 20 ticks would dwarf the rest of the window)."""
+    embs = [unpack_array(r.feats["emb"]).astype(np.float32) for r in recs if "emb" in r.feats]
+    if not embs:
+        return None
+    m = np.mean(embs, axis=0)
+    norm = float(np.linalg.norm(m))
+    return pack_array((m / norm if norm > 0 else m).astype(np.float16))
+
+
 def _tick_of(ts: int, start: int, tick_us: int, ticks: int) -> int:
     return min(ticks - 1, max(0, (ts - start) // tick_us))
 
@@ -249,7 +260,7 @@ def build_window(
     hold = st.hold if st is not None else {}
     T, tick = cfg.ticks, cfg.tick_us
     counts = dict.fromkeys(cfg.modalities, 0)
-    grid: dict[str, dict[str, list[Any]]] = {}
+    grid: dict[str, dict[str, Any]] = {}
     by_mod: dict[str, list[tuple[int, FeatureRecord]]] = {m: [] for m in cfg.modalities}
     stages: dict[str, float] = {}
     trace_ids: list[str] = []
@@ -270,7 +281,7 @@ def build_window(
 
     # image: sample-and-hold
     frames = sorted(by_mod.get("image", []), key=lambda p: p[0])
-    img: dict[str, list[Any]] = {"luma": [None] * T, "change": [None] * T}
+    img: dict[str, list[Any]] = {"luma": [None] * T, "change": [None] * T, "nsfw": [None] * T}
     fi = 0
     for k in range(T):
         t_end = start + (k + 1) * tick
@@ -289,31 +300,39 @@ def build_window(
         img["change"][k] = max(img["change"][k], float(rec.feats.get("change", 0.0)))
     grid["image"] = img
 
-    # audio: RMS hops binned per tick
-    sums = np.zeros(T, dtype=np.float64)
-    ns = np.zeros(T, dtype=np.int64)
-    for ts, rec in by_mod.get("audio", []):
-        rms = unpack_array(rec.feats["rms"]) if "rms" in rec.feats else np.zeros(0)
-        hop = int(rec.feats.get("hop_us", 50_000))
-        t = ts + np.arange(len(rms), dtype=np.int64) * hop
-        bins = np.clip((t - start) // tick, 0, T - 1)
-        inside = (t >= start) & (t < start + cfg.window_us)
-        np.add.at(sums, bins[inside], rms[inside])
-        np.add.at(ns, bins[inside], 1)
-    grid["audio"] = {
-        "rms": [float(s / n) if n else None for s, n in zip(sums, ns, strict=True)],
-    }
+    grid["image"]["emb"] = _mean_embedding(r for _, r in frames)
+
+    # audio: per-hop series (RMS, speech probability) binned per tick
+    audio: dict[str, Any] = {}
+    for name in ("rms", "speech"):
+        sums = np.zeros(T, dtype=np.float64)
+        ns = np.zeros(T, dtype=np.int64)
+        for ts, rec in by_mod.get("audio", []):
+            if name not in rec.feats:
+                continue
+            vals = unpack_array(rec.feats[name]).astype(np.float64).reshape(-1)
+            hop = int(rec.feats.get("hop_us", 50_000))
+            t = ts + np.arange(len(vals), dtype=np.int64) * hop
+            bins = np.clip((t - start) // tick, 0, T - 1)
+            inside = (t >= start) & (t < start + cfg.window_us)
+            np.add.at(sums, bins[inside], vals[inside])
+            np.add.at(ns, bins[inside], 1)
+        audio[name] = [float(s / n) if n else None for s, n in zip(sums, ns, strict=True)]
+    grid["audio"] = audio
 
     # text: caption presence and tokens
     caption = [0.0] * T
     tokens: list[list[str]] = [[] for _ in range(T)]
+    tick_terms: list[list[str]] = [[] for _ in range(T)]
     for ts, rec in by_mod.get("text", []):
         k0 = _tick_of(ts, start, tick, T)
         k1 = _tick_of(ts + max(rec.dur, tick) - 1, start, tick, T)
         for k in range(k0, k1 + 1):
             caption[k] = max(caption[k], float(rec.feats.get("caption", 1.0)))
         tokens[k0].extend(rec.feats.get("tokens", ()))
-    grid["text"] = {"caption": caption, "tokens": tokens}
+        tick_terms[k0].extend(rec.feats.get("terms", ()))
+    grid["text"] = {"caption": caption, "tokens": tokens, "terms": tick_terms,
+                    "emb": _mean_embedding(r for _, r in by_mod.get("text", []))}
 
     moderation = {
         "nsfw_max": max(nsfw) if nsfw else None,

@@ -1,7 +1,8 @@
 import numpy as np
+import pytest
 
 from app.align import Aligner, AlignerConfig, build_window
-from schemas.codec import pack_array
+from schemas.codec import pack_array, unpack_array
 from schemas.features import FeatureRecord
 
 # Watermark and windowing semantics without skew correction (offsets 0, no margin);
@@ -138,4 +139,28 @@ def test_build_window_grid():
     assert g["text"]["caption"][11:17] == [0.0] + [1.0] * 4 + [0.0]  # 600..800 ms
     assert g["text"]["tokens"][12] == ["你好"]
     assert w.moderation["terms"] == ["x"]
+    assert g["text"]["terms"][12] == ["x"]
+    assert g["image"]["emb"] is None and g["audio"]["speech"] == [None] * 20
+
+
+def test_build_window_carries_model_features():
+    a = Aligner(CFG)
+    e1, e2 = np.zeros(4, np.float16), np.zeros(4, np.float16)
+    e1[0], e2[1] = 1, 1
+    recs = [
+        rec("image", 0, 0, luma=0.5, change=0.0, nsfw=0.1, emb=pack_array(e1)),
+        rec("image", 500_000, 1, luma=0.5, change=0.1, nsfw=0.7, emb=pack_array(e2)),
+        rec("audio", 0, 0, dur=100_000, rms=pack_array(np.array([0.1, 0.3], np.float32)),
+            speech=pack_array(np.array([0.2, 0.9], np.float32)), hop_us=50_000),
+    ]
+    for r in recs:
+        a.add(r, now=0.0)
+    w = build_window(a, "s", 0, recs, offsets_ms={}, confidence={}, emitted_at=1)
+    g = w.grid
+    assert g["image"]["nsfw"][0] == pytest.approx(0.1)
+    assert g["image"]["nsfw"][19] == pytest.approx(0.7)
+    assert g["audio"]["speech"][:3] == [pytest.approx(0.2), pytest.approx(0.9), None]
+    mean = unpack_array(g["image"]["emb"]).astype(np.float32)
+    assert np.allclose(mean, [0.7071, 0.7071, 0, 0], atol=1e-3)
+    assert w.moderation["nsfw_max"] == pytest.approx(0.7)
     assert sorted(w.trace_ids) == sorted(r.trace_id for r in recs)
