@@ -2,10 +2,14 @@
 
 Per stream, every feature record falls into the tumbling window
 ``floor((ts - offset) / W) * W`` on the reference (image) clock, where
-``offset`` is the modality's estimated lag (0 until skew estimation knows
-better). A window closes when the stream's watermark passes its end:
+``offset`` is the modality's estimated lag behind the reference
+(``app.skew``; 0 with correction off). Records wait unbucketed until their
+window closes, so a better estimate still moves them. A window closes when
+the stream's watermark passes its end:
 
-    watermark = min(newest corrected ts of each *active* modality) - lateness
+    watermark = min(newest corrected ts - margin of each *active* modality) - lateness
+
+where the margin is up to ``max_skew`` while a modality's skew is unsure.
 
 A modality is active while it has been heard from within ``idle_s`` of wall
 time; a modality never heard from holds the watermark for ``idle_s`` after the
@@ -101,9 +105,7 @@ class Aligner:
     def offset_us(self, stream_id: str, modality: str) -> int:
         """Estimated lag of ``modality`` behind the reference in this stream, us."""
         st = self.streams.get(stream_id)
-        if st is None or not self.cfg.correct_skew:
-            return 0
-        return st.skew.offset_us(modality)
+        return 0 if st is None else self.offset_us_of(st, modality)
 
     def confidence(self, stream_id: str, modality: str) -> float:
         st = self.streams.get(stream_id)

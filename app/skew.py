@@ -13,9 +13,10 @@ Each modality's feature records become *onsets* on that modality's own clock:
 Over a sliding context (``context_us``, default 8 s) the onsets are splatted
 onto the sync grid, and :func:`app.dtw.estimate_lag` compares each modality
 with the reference (image) inside a Sakoe-Chiba band of ``max_skew_us``. The
-raw estimates feed an alpha-beta filter per modality (offset and drift),
-weighted by each estimate's confidence, so one noisy context cannot yank the
-offset; the filter's confidence decays when a modality stops informing it.
+raw estimates are smoothed per modality (``_Filter``: a confidence-weighted
+median of the recent ones along a fitted drift line), so one context that
+matched the wrong cut cannot yank the offset; the confidence decays while a
+modality stops informing it.
 """
 
 from __future__ import annotations
