@@ -27,6 +27,12 @@ class Metrics:
                                       ["modality", "result"], registry=r)
         self.cache_bytes = Gauge("mmsync_cache_bytes", "Bytes held by the feature cache",
                                  registry=r)
+        self.cache_evictions = Counter("mmsync_cache_evictions_total",
+                                       "Feature cache entries evicted to hold the byte budget",
+                                       ["modality"], registry=r)
+        self.cache_expirations = Counter("mmsync_cache_expirations_total",
+                                         "Feature cache entries removed when their TTL ran out",
+                                         ["modality"], registry=r)
         self.batch_size = Histogram("mmsync_batch_size", "Items per micro-batch",
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
         self.offset_ms = Gauge("mmsync_offset_ms", "Estimated lag behind the reference, ms",
