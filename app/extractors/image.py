@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import simplejpeg
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from app.errors import InvalidInputError
-from app.extractors.light import THUMB, ImageSignals, check_pixels
+from app.extractors.light import THUMB, ImageSignals, decode_resized
 from app.extractors.runtime import ModelRuntime, ModelSession, atomic_write
 from schemas.codec import pack_array
 from schemas.events import FrameEvent
@@ -106,24 +105,7 @@ def hamming(a: int, b: int) -> int:
 
 def decode_rgb(data: bytes, fmt: str | None) -> np.ndarray:
     """Decode to a SIDE x SIDE uint8 RGB array (``bad_image`` on any failure)."""
-    try:
-        if fmt == "jpeg":
-            h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-            check_pixels(w, h)
-            arr = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True,
-                                         fastupsample=True, min_height=SIDE, min_width=SIDE)
-            img = Image.fromarray(arr)
-        else:
-            img = Image.open(io.BytesIO(data))
-            check_pixels(img.width, img.height)
-            img.draft("RGB", (SIDE, SIDE))
-            img = img.convert("RGB")
-        img = img.resize((SIDE, SIDE), Image.Resampling.BILINEAR)
-    except InvalidInputError:
-        raise
-    except (ValueError, OSError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
-        raise InvalidInputError("bad_image", f"cannot decode {fmt or 'image'}: {exc}") from None
-    return np.asarray(img, dtype=np.uint8)
+    return np.asarray(decode_resized(data, fmt, SIDE, "RGB", SIDE), dtype=np.uint8)
 
 
 def gray_thumb(rgb: np.ndarray) -> np.ndarray:

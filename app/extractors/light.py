@@ -27,6 +27,7 @@ __all__ = [
     "ImageSignals",
     "audio_signals",
     "decode_gray_thumb",
+    "decode_resized",
     "pcm_to_mono",
     "text_signals",
     "tokenize",
@@ -50,30 +51,38 @@ def check_pixels(w: int, h: int) -> None:
         raise InvalidInputError("bad_image", f"{w}x{h} exceeds {MAX_PIXELS} pixels")
 
 
-def decode_gray_thumb(data: bytes, fmt: str | None) -> np.ndarray:
-    """Decode a JPEG or PNG into a THUMB x THUMB float32 grey image in 0..1.
+def decode_resized(data: bytes, fmt: str | None, side: int, mode: str,
+                   draft_side: int) -> Image.Image:
+    """Decode a JPEG or PNG to a ``side`` x ``side`` PIL image in ``mode`` ("L" or "RGB").
 
     JPEG uses libjpeg-turbo's DCT scaling (simplejpeg ``min_*``), which decodes a
-    1080p frame at 1/8 size for a fraction of a full decode.
+    1080p frame at 1/8 size for a fraction of a full decode; PNG gets PIL's
+    ``draft`` at ``draft_side``. Any failure is ``bad_image``.
     """
     try:
         if fmt == "jpeg":
             h, w, _, _ = simplejpeg.decode_jpeg_header(data)
             check_pixels(w, h)
-            arr = simplejpeg.decode_jpeg(data, colorspace="GRAY", fastdct=True,
-                                         fastupsample=True, min_height=THUMB, min_width=THUMB)
-            img = Image.fromarray(arr[:, :, 0])
+            arr = simplejpeg.decode_jpeg(data, colorspace="GRAY" if mode == "L" else "RGB",
+                                         fastdct=True, fastupsample=True, min_height=side,
+                                         min_width=side)
+            img = Image.fromarray(arr[:, :, 0] if mode == "L" else arr)
         else:
             img = Image.open(io.BytesIO(data))
             check_pixels(img.width, img.height)
-            img.draft("L", (THUMB * 4, THUMB * 4))
-            img = img.convert("L")
-        small = img.resize((THUMB, THUMB), Image.Resampling.BILINEAR)
+            img.draft(mode, (draft_side, draft_side))
+            img = img.convert(mode)
+        return img.resize((side, side), Image.Resampling.BILINEAR)
     except InvalidInputError:
         raise
     except (ValueError, OSError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
         # simplejpeg raises ValueError on corrupt data; PIL raises OSError subclasses.
         raise InvalidInputError("bad_image", f"cannot decode {fmt or 'image'}: {exc}") from None
+
+
+def decode_gray_thumb(data: bytes, fmt: str | None) -> np.ndarray:
+    """Decode a JPEG or PNG into a THUMB x THUMB float32 grey image in 0..1."""
+    small = decode_resized(data, fmt, THUMB, "L", THUMB * 4)
     return np.asarray(small, dtype=np.float32) / 255.0
 
 
