@@ -33,7 +33,7 @@ def _raw(event: Any) -> RawMsg:
 
 def register(rt: Runtime, modality: str) -> None:
     s = rt.settings
-    pipeline = FeaturePipeline(s)
+    pipeline = FeaturePipeline(s, rt.feature_memo())
     features = rt.topics["features"]
     within = max(s.batch_wait_ms, 1) / 1000.0
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import faust
 
+from app.cache.features import FeatureMemo
 from app.kafka import CONTRACT_TOPICS, MAX_REQUEST_BYTES
 from app.metrics import Metrics
 from app.settings import Settings
@@ -47,6 +48,17 @@ class Runtime:
     #: one thread per modality keeps each modality's batches in order while
     #: keeping decoding and inference off the event loop.
     pools: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
+    _memo: FeatureMemo | None = None
+
+    def feature_memo(self) -> FeatureMemo | None:
+        """The worker's feature cache, opened on first use; None when switched off or
+        when the models are the light ones (nothing worth caching)."""
+        s = self.settings
+        if self._memo is None and s.cache and s.models == "full":
+            from app.cache.features import open_worker_cache
+
+            self._memo = FeatureMemo(open_worker_cache(s, self.metrics))
+        return self._memo
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         if name not in self.pools:

@@ -88,10 +88,18 @@ class Settings(BaseSettings):
         default="", description="comma list of extra sensitive-term files (one term a line, '#'"
         " comments), added to the shipped zh/en defaults",
     )
-    cache_max_bytes: int = Field(default_factory=default_cache_bytes, ge=0)
-    image_ttl_s: int = Field(default=300, ge=0)
-    text_ttl_s: int = Field(default=3600, ge=0)
-    audio_ttl_s: int = Field(default=600, ge=0)
+    cache: bool = Field(default=True, description="cache model features in RocksDB by content"
+                        " (full models only: the light signals cost less than a look-up)")
+    cache_max_bytes: int = Field(
+        default_factory=default_cache_bytes, ge=0,
+        description="feature cache byte budget (keys, headers, payloads); 0: 1/16 of RAM,"
+                    " at most 2 GiB; never exceeded (margin 0 bytes)")
+    image_ttl_s: int = Field(default=300, ge=0,
+                             description="seconds an image feature stays cached; 0: never expires")
+    text_ttl_s: int = Field(default=3600, ge=0,
+                            description="seconds a text feature stays cached; 0: never expires")
+    audio_ttl_s: int = Field(default=600, ge=0,
+                             description="seconds an audio feature stays cached; 0: never expires")
     batch_max: int = Field(default=8, ge=1, le=1024, description="largest micro-batch per agent")
     batch_wait_ms: int = Field(default=10, ge=0, le=10_000, description="longest wait to fill one")
     web_host: str = Field(default="127.0.0.1", description="metrics web server bind address")
@@ -109,6 +117,10 @@ class Settings(BaseSettings):
     sasl_password: SecretStr | None = None
     ssl_cafile: Path | None = None
     log_level: str = Field(default="warning")
+    broker_wait_s: float = Field(
+        default=30.0, gt=0, le=3600, description="how long a worker waits at start for the broker"
+        " to answer before it exits with an error, s",
+    )
 
     @field_validator("topic_prefix")
     @classmethod

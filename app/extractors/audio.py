@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from app.cache.features import FeatureMemo
 from app.extractors.light import AUDIO_HOP_US, audio_signals, pcm_to_mono
 from app.extractors.runtime import ModelRuntime
 from schemas.codec import pack_array
@@ -110,8 +111,12 @@ class _VadState:
 class AudioExtractor:
     """Audio features for a batch; keeps each stream's VAD state (bounded LRU)."""
 
-    def __init__(self, rt: ModelRuntime) -> None:
+    #: What a cached mel depends on besides the chunk's bytes, rate and channels.
+    version = f"mel1|{MEL_BINS}|{_WIN}/{_STEP}/{_NFFT}"
+
+    def __init__(self, rt: ModelRuntime, cache: FeatureMemo | None = None) -> None:
         self._rt = rt
+        self._cache = cache
         self._mel = LogMel()
         self._vad: Any = None
         self._states: OrderedDict[str, _VadState] = OrderedDict()
@@ -176,8 +181,19 @@ class AudioExtractor:
             mono = pcm_to_mono(ev.data, ev.ch)
             light = audio_signals(ev, mono)
             n = int(light["rms"]["shape"][0])
-            x16 = resample(mono, ev.sr)
-            light["mel"] = pack_array(self._mel(x16, n).astype(np.float16))
+            x16 = resample(mono, ev.sr)  # always: the VAD below needs every chunk
+            # Only the mel is content-pure (speech depends on the stream's history).
+            key = hit = None
+            if self._cache is not None:
+                key = self._cache.key("audio", b"%d/%d/" % (ev.sr, ev.ch) + ev.data,
+                                      self.version)
+                hit = self._cache.get("audio", key)
+            if hit is not None and "mel" in hit:
+                light["mel"] = hit["mel"]
+            else:
+                light["mel"] = pack_array(self._mel(x16, n).astype(np.float16))
+                if self._cache is not None and key is not None:
+                    self._cache.put("audio", key, {"mel": light["mel"]})
             feats.append(light)
             x16s.append(x16)
             hops.append(n)

