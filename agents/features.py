@@ -45,16 +45,23 @@ def register(rt: Runtime, modality: str) -> None:
         t0 = time.perf_counter()
         await loop.run_in_executor(pool, pipeline.warm, modality)
         rt.metrics.stage.labels(f"load_{modality}").observe(time.perf_counter() - t0)
+        m = rt.metrics
+        stage = {name: m.stage.labels(name) for name in ("decode", "model", "cache")}
+        level = m.degradation.labels(modality)
+        level.set(0)
         async for batch in stream.take_events(s.batch_max, within=within):
             msgs = [_raw(e) for e in batch]
-            rt.metrics.batch_size.observe(len(msgs))
+            m.batch_size.observe(len(msgs))
             t0 = time.perf_counter()
             outs = await loop.run_in_executor(pool, pipeline.process, modality, msgs)
-            rt.metrics.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
+            m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
+            level.set(pipeline.degrader.level)
             for out in outs:
                 if isinstance(out, DeadLetter):
                     await send_dead_letter(rt, out, modality)
                 else:
+                    for name, secs in out.stages.items():
+                        stage[name].observe(secs)
                     await features.send(key=out.stream_id.encode(), value=out.encode())
 
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)

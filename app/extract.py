@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from app.cache.features import FeatureMemo
+from app.degrade import LEVELS, Degrader
 from app.dlq import RawMsg, dead_letter
 from app.errors import InvalidInputError
 from app.extractors.audio import AudioExtractor
@@ -74,6 +75,7 @@ class FeaturePipeline:
         self.runtime = ModelRuntime(s.device, s.gpu_mem_limit_mb, s.models_path,
                                     s.model_threads, s.tensorrt)
         self._extractors: dict[str, Any] = {}
+        self.degrader = Degrader(lag_s=s.degrade_lag_ms / 1000, enabled=s.degrade)
 
     def extractor(self, modality: str) -> Any:
         ex = self._extractors.get(modality)
@@ -109,8 +111,23 @@ class FeaturePipeline:
             raise res
         return dict(res)
 
+    def _degrade(self, modality: str, msgs: list[RawMsg]) -> None:
+        """Set the level from how long this batch's oldest record waited (app.degrade)."""
+        sent = [m.timestamp_ms for m in msgs if m.timestamp_ms > 0]
+        if not sent:
+            return
+        delay_s = max(0.0, time.time() - min(sent) / 1000.0)
+        level = LEVELS[self.degrader.observe(delay_s, time.monotonic())]
+        ex = self._extractors.get(modality)
+        if ex is not None and hasattr(ex, "level"):
+            ex.level = level
+        if ex is not None and hasattr(ex, "embedding_allowed"):
+            ex.embedding_allowed = level.text_embedding
+
     def process(self, modality: str, msgs: list[RawMsg]) -> list[FeatureRecord | DeadLetter]:
         """One output per input, in input order."""
+        self.extractor(modality)
+        self._degrade(modality, msgs)
         out: list[FeatureRecord | DeadLetter | None] = [None] * len(msgs)
         events: list[tuple[int, Event, float]] = []
         for i, msg in enumerate(msgs):

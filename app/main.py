@@ -90,6 +90,9 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         # rebalance the new owner replays those records, so there is nothing
         # to wait for (Faust would wait for acks that never come).
         "stream_wait_empty": False,
+        # Backpressure: a full buffer pauses its partition's fetching, so what a
+        # worker holds is bounded by partitions x buffer_max records.
+        "stream_buffer_maxsize": s.buffer_max,
         "producer_max_request_size": MAX_REQUEST_BYTES,
         "consumer_max_fetch_size": MAX_REQUEST_BYTES,
         "key_serializer": "raw",
@@ -113,6 +116,34 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         # Tansu: declare every contract topic up front (broker-notes.md).
         for t in topics.values():
             await t.maybe_declare()
+
+    @app.timer(5.0, on_leader=False, name="mmsync.lag")
+    async def _lag() -> None:
+        # Kafka's definition: end offset minus the committed offset, per assigned partition.
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            try:
+                end = consumer.highwater(tp)
+            except Exception:  # noqa: BLE001, S112 - not fetched yet, or just revoked
+                continue
+            if end is None:
+                continue
+            # Faust keeps it privately (no public getter); 0 before the first commit.
+            done = getattr(consumer, "_committed_offset", {}).get(tp) or 0
+            rt.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, end - done))
+
+    if s.device != "cpu":
+        @app.timer(15.0, on_leader=False, name="mmsync.gpu_memory")
+        async def _gpu_memory() -> None:
+            import asyncio
+            import os
+
+            from app.metrics import gpu_memory_bytes
+
+            used = await asyncio.get_running_loop().run_in_executor(
+                None, gpu_memory_bytes, os.getpid())
+            if used is not None:
+                rt.metrics.gpu_memory.set(used)
 
     @app.page("/metrics")
     async def _metrics(web: Any, request: Any) -> Any:

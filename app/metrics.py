@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["Metrics"]
+__all__ = ["Metrics", "gpu_memory_bytes"]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -42,5 +45,34 @@ class Metrics:
         self.late = Counter("mmsync_late_total", "Records sent to the late topic",
                             ["modality"], registry=r)
         self.windows = Counter("mmsync_windows_total", "Aligned windows emitted", registry=r)
+        self.degradation = Gauge("mmsync_degradation_level",
+                                 "0 full features; 1-3 fewer model runs under load (degrade.py)",
+                                 ["modality"], registry=r)
+        self.consumer_lag = Gauge("mmsync_consumer_lag",
+                                  "Records in the partition after this worker's committed offset",
+                                  ["topic", "partition"], registry=r)
+        self.gpu_memory = Gauge("mmsync_gpu_memory_bytes",
+                                "GPU memory this process holds (nvidia-smi), on CUDA only",
+                                registry=r)
         self.open_records = Gauge("mmsync_open_records", "Records held in open windows",
                                   registry=r)
+
+
+def gpu_memory_bytes(pid: int, timeout_s: float = 5.0) -> int | None:
+    """GPU memory held by process ``pid`` as nvidia-smi reports it (MiB x 2**20), or
+    None without nvidia-smi. ONNX Runtime exposes no such counter of its own."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=timeout_s, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    total = 0
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(pid) and parts[1].isdigit():
+            total += int(parts[1]) << 20
+    return total

@@ -100,6 +100,12 @@ class Settings(BaseSettings):
                             description="seconds a text feature stays cached; 0: never expires")
     audio_ttl_s: int = Field(default=600, ge=0,
                              description="seconds an audio feature stays cached; 0: never expires")
+    degrade: bool = Field(default=True, description="sample the image models and drop OCR and"
+                          " text embedding while records queue too long (app/degrade.py)")
+    degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay above which"
+                                " the degradation level goes up one step, ms")
+    buffer_max: int = Field(default=256, ge=1, le=100_000, description="records buffered per"
+                            " partition before the consumer pauses it (backpressure)")
     batch_max: int = Field(default=8, ge=1, le=1024, description="largest micro-batch per agent")
     batch_wait_ms: int = Field(default=10, ge=0, le=10_000, description="longest wait to fill one")
     web_host: str = Field(default="127.0.0.1", description="metrics web server bind address")

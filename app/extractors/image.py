@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from app.cache.features import FeatureMemo
+from app.degrade import LEVELS, Level
 from app.errors import InvalidInputError
 from app.extractors.light import THUMB, ImageSignals, decode_gray_thumb, decode_resized
 from app.extractors.runtime import ModelRuntime, ModelSession, atomic_write
@@ -147,6 +148,10 @@ class _Item:
     ocr: bool
     key: bytes | None = None
     computed: bool = False
+    #: degraded: the models were skipped for load (app.degrade); feats are the last ones
+    held: bool = False
+    #: the same picture earlier in this batch (another stream): its features are ours
+    twin: _Item | None = None
     #: Decoded only for frames the models must see (not reused, not cached).
     rgb: np.ndarray | None = None
 
@@ -170,6 +175,12 @@ class ImageExtractor:
         self._signals = ImageSignals()
         self._anchors: OrderedDict[str, _Anchor] = OrderedDict()
         self._frames: dict[str, int] = {}
+        #: new frames per stream since the models last ran on one (for sampling)
+        self._since: dict[str, int] = {}
+        #: the degradation level's rules (app.degrade), set by the pipeline per batch
+        self.level: Level = LEVELS[0]
+        #: content key -> the item of this batch that computes it (reset per batch)
+        self._batch: dict[bytes, _Item] = {}
         self.effnet: ModelSession | None = None
         self.nsfw: ModelSession | None = None
         self._ocr: Any = None
@@ -224,41 +235,60 @@ class ImageExtractor:
         return " ".join(res.txts or ())
 
     def _prepare(self, ev: FrameEvent) -> _Item:
+        sid = ev.stream_id
         thumb = decode_gray_thumb(ev.data, ev.fmt)
         light = self._signals(ev, thumb)
         ph = average_hash(thumb)
-        n = self._frames.get(ev.stream_id, 0)
-        self._frames[ev.stream_id] = n + 1
-        anchor = self._anchors.pop(ev.stream_id, None)
-        reused = (self._dedup and anchor is not None and hamming(ph, anchor.phash) <= DUP_MAX_BITS
-                  and float(np.mean(np.abs(thumb - anchor.thumb))) <= DUP_MAX_CHANGE)
-        if not reused or anchor is None:
-            anchor = _Anchor(ph, thumb)
-        self._anchors[ev.stream_id] = anchor
-        if len(self._anchors) > _MAX_STREAMS:
-            old, _ = self._anchors.popitem(last=False)
-            self._frames.pop(old, None)
-        ocr = bool(self._ocr_every) and n % self._ocr_every == 0
-        it = _Item(ev, thumb, ph, light, anchor, reused, ocr)
-        if not reused:
+        n = self._frames.get(sid, 0)
+        self._frames[sid] = n + 1
+        prev = self._anchors.pop(sid, None)
+        lv = self.level
+        ocr_every = self._ocr_every * (1 if lv.image_every == 1 else 2)
+        ocr = lv.ocr and bool(ocr_every) and n % ocr_every == 0
+        if (self._dedup and prev is not None and hamming(ph, prev.phash) <= DUP_MAX_BITS
+                and float(np.mean(np.abs(thumb - prev.thumb))) <= DUP_MAX_CHANGE):
+            it = _Item(ev, thumb, ph, light, prev, True, ocr)
+        else:
+            it = _Item(ev, thumb, ph, light, _Anchor(ph, thumb), False, ocr)
+            hit = None
             if self._cache is not None:
                 it.key = self._cache.key("image", ev.data, self.version)
                 hit = self._cache.get("image", it.key)
-                if hit is not None and "nsfw" in hit and "emb" in hit:
-                    anchor.feats = hit
-                    return it
-            it.rgb = decode_rgb(ev.data, ev.fmt)
+            since = self._since.get(sid, 0)
+            if hit is not None and "nsfw" in hit and "emb" in hit:
+                it.anchor.feats = hit
+            elif it.key is not None and it.key in self._batch:
+                it.twin = self._batch[it.key]
+            elif lv.image_every == 0:
+                it.held = True  # no model features at all at this level
+            elif since + 1 < lv.image_every and prev is not None:
+                # Sampled out: hold the stream's last features (the previous frame's, which
+                # may be computed later in this same batch), keep its anchor.
+                it.anchor, it.held, it.ocr = prev, True, False
+                self._since[sid] = since + 1
+            else:
+                it.rgb = decode_rgb(ev.data, ev.fmt)
+                self._since[sid] = 0
+                if it.key is not None:
+                    self._batch[it.key] = it
+        self._anchors[sid] = it.anchor
+        if len(self._anchors) > _MAX_STREAMS:
+            old, _ = self._anchors.popitem(last=False)
+            self._frames.pop(old, None)
+            self._since.pop(old, None)
         return it
 
     def run(self, events: list[FrameEvent]) -> list[dict[str, Any] | Exception]:
         """One feature dict (or the exception for that frame) per event, in order."""
         self.load()
         items: list[_Item | Exception] = []
+        self._batch.clear()
         for ev in events:
             try:
                 items.append(self._prepare(ev))
             except InvalidInputError as exc:
                 items.append(exc)
+        self._batch.clear()
         fresh = [it for it in items if isinstance(it, _Item) and it.rgb is not None]
         if fresh:
             try:
@@ -278,7 +308,9 @@ class ImageExtractor:
                 out.append(entry)
                 continue
             it = entry
-            if not it.reused and it.ocr and "ocr" not in it.anchor.feats:
+            if it.twin is not None:
+                it.anchor.feats = dict(it.twin.anchor.feats)
+            if not it.reused and not it.held and it.ocr and "ocr" not in it.anchor.feats:
                 try:
                     it.anchor.feats["ocr"] = self._ocr_text(it.ev)
                 except Exception as exc:  # noqa: BLE001 - OCR is optional: keep the frame
@@ -291,5 +323,7 @@ class ImageExtractor:
             feats = {**it.light, **it.anchor.feats, "phash": it.phash}
             if it.reused:
                 feats["reused"] = True
+            if it.held:
+                feats["held"] = True
             out.append(feats)
         return out

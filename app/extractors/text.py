@@ -132,6 +132,8 @@ class TextExtractor:
         self.matcher = matcher
         self._embedding = embedding
         self._cache = cache
+        #: False while the worker is degraded (app.degrade): terms and tokens only
+        self.embedding_allowed = True
         # Everything a text's features depend on besides its bytes.
         self.version = f"text1|terms:{matcher.digest}|e5:{'small-q4' if embedding else '-'}"
         self._threads = threads
@@ -181,21 +183,23 @@ class TextExtractor:
                 keys[i] = k = self._cache.key("text", ev.text.encode(), self.version)
                 out[i] = self._cache.get("text", k)
         todo = [i for i, f in enumerate(out) if f is None]
-        fresh = self._compute([events[i] for i in todo])
+        embed = self._embedding and self.embedding_allowed
+        fresh = self._compute([events[i] for i in todo], embed)
         for i, f in zip(todo, fresh, strict=True):
             out[i] = f
             key = keys[i]
-            if self._cache is not None and key is not None:
+            # Degraded results (no embedding) are not cached under the full version.
+            if self._cache is not None and key is not None and embed == self._embedding:
                 self._cache.put("text", key, f)
         return [f for f in out if f is not None]
 
-    def _compute(self, events: list[TextEvent]) -> list[dict[str, Any]]:
+    def _compute(self, events: list[TextEvent], embed: bool) -> list[dict[str, Any]]:
         feats: list[dict[str, Any]] = []
         for ev in events:
             has = bool(ev.text.strip())
             feats.append({"tokens": tokens(ev.text), "caption": 1.0 if has else 0.0,
                           "terms": self.matcher(ev.text) if has else []})
-        if self._embedding:
+        if embed:
             idx = [i for i, ev in enumerate(events) if ev.text.strip()]
             if idx:
                 for i, v in zip(idx, self.embed([events[i].text for i in idx]), strict=True):

@@ -59,6 +59,16 @@ def test_repeated_frame_skips_the_models_keeps_change(cached, monkeypatch):
     assert calls == [1]
 
 
+def test_same_picture_twice_in_a_batch_runs_the_models_once(cached, monkeypatch):
+    p, _, _ = cached
+    im = p.extractor("image")
+    calls: list[int] = []
+    real = im.embed_nsfw
+    monkeypatch.setattr(im, "embed_nsfw", lambda rgbs: (calls.append(len(rgbs)), real(rgbs))[1])
+    a, b = im.run([_frame(_chart(13), "t1", 0), _frame(_chart(13), "t2", 0)])
+    assert calls == [1] and a["emb"] == b["emb"] and a["nsfw"] == b["nsfw"]
+
+
 def test_text_features_come_whole_from_the_cache(cached):
     p, m, memo = cached
     tx = p.extractor("text")

@@ -1,0 +1,79 @@
+"""Degradation levels: the controller's hysteresis and what each level skips."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from app.degrade import LEVELS, Degrader
+from app.extract import FeaturePipeline
+from app.settings import Settings
+from schemas.events import TextEvent
+from tests.unit.test_extractors_models import _chart, _frame, _raw
+
+
+def test_level_rises_one_step_per_hold_and_falls_after_calm():
+    d = Degrader(lag_s=1.0, hold_s=2.0, calm_s=5.0)
+    assert d.observe(0.05, 0.0) == 0
+    assert d.observe(3.0, 1.0) == 1
+    assert d.observe(3.0, 2.0) == 1  # held: at most one step per 2 s
+    assert d.observe(3.0, 3.0) == 2
+    assert d.observe(3.0, 5.0) == 3
+    assert d.observe(9.0, 9.0) == 3  # the top level
+    assert d.observe(0.6, 10.0) == 3  # between a quarter and the bound: stay
+    assert d.observe(0.1, 11.0) == 3  # calm starts
+    assert d.observe(0.1, 15.9) == 3
+    assert d.observe(0.1, 16.0) == 2
+    assert d.observe(0.1, 20.9) == 2 and d.observe(0.1, 21.0) == 1
+    assert d.observe(2.0, 21.5) == 1  # load is back, but within the hold
+    assert d.observe(2.0, 23.0) == 2
+    assert Degrader(enabled=False).observe(100.0, 0.0) == 0
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory):
+    p = FeaturePipeline(Settings(data_dir=tmp_path_factory.mktemp("deg"), device="cpu",
+                                 cache=False))
+    p.warm("image")
+    p.warm("text")
+    return p
+
+
+def test_levels_sample_image_models_and_drop_text_embedding(pipe, monkeypatch):
+    im, tx = pipe.extractor("image"), pipe.extractor("text")
+    ran: list[int] = []
+    real = im.embed_nsfw
+    monkeypatch.setattr(im, "embed_nsfw", lambda rgbs: (ran.append(len(rgbs)), real(rgbs))[1])
+    frames = [_frame(_chart(20 + i), "lv", i) for i in range(8)]
+    im.level = LEVELS[1]
+    out = im.run(frames)
+    assert ran == [4]  # every 2nd new frame
+    assert [bool(f.get("held")) for f in out] == [False, True] * 4
+    for a, b in zip(out[::2], out[1::2], strict=True):
+        assert b["nsfw"] == a["nsfw"] and b["change"] > 0  # light signals stay per frame
+    im.level = LEVELS[3]
+    ran.clear()
+    out = im.run([_frame(_chart(40 + i), "lv3", i) for i in range(3)])
+    assert ran == [] and all(f["held"] and "nsfw" not in f and "luma" in f for f in out)
+    im.level = LEVELS[0]
+    tx.embedding_allowed = LEVELS[2].text_embedding
+    (f,) = tx.run([TextEvent(stream_id="t", ts=0, text="degraded caption")])
+    assert "emb" not in f and f["tokens"]
+    tx.embedding_allowed = True
+    (f,) = tx.run([TextEvent(stream_id="t", ts=0, text="degraded caption")])
+    assert "emb" in f
+
+
+def test_pipeline_degrades_on_old_records_and_recovers(pipe):
+    pipe.degrader = Degrader(lag_s=1.0, hold_s=0.0, calm_s=0.0)
+    old = int(time.time() * 1000) - 10_000  # sent 10 s ago
+    evs = [_frame(_chart(60 + i), "old", i) for i in range(3)]
+    for _ in range(2):
+        pipe.process("image", [replace(_raw(e, i), timestamp_ms=old) for i, e in enumerate(evs)])
+    assert pipe.degrader.level == 2 and pipe.extractor("image").level == LEVELS[2]
+    now = int(time.time() * 1000)
+    for _ in range(2):
+        pipe.process("image", [replace(_raw(e, i), timestamp_ms=now) for i, e in enumerate(evs)])
+    assert pipe.degrader.level == 0 and pipe.extractor("image").level == LEVELS[0]
