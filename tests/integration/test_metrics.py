@@ -44,7 +44,7 @@ async def test_contract_metrics_after_a_run(pipeline):
         total += (await publish(s, recs, progress=False)).total
         if sid == "m-a":
             first = total
-            await collect(s, until=lambda o: o.accounted >= first, timeout_s=120)
+            await collect(s, until=lambda o, n=first: o.accounted >= n, timeout_s=120)
     out = await collect(s, until=lambda o: o.accounted >= total, timeout_s=120)
     assert out.accounted == total, pipeline.logs()
     merged = sum(out.merged(m) for m in ("image", "audio", "text"))
