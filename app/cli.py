@@ -1,4 +1,4 @@
-"""``mmsync``: demo, worker, broker, produce, tail.
+"""``mmsync``: demo, worker, broker, produce, tail, moderate.
 
 Every ``MMSYNC_*`` setting is read by :class:`app.settings.Settings`; the flags
 below override the ones that fit a flag.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import signal
 import sys
@@ -80,7 +81,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 def _cmd_produce(args: argparse.Namespace) -> int:
     from app.kafka import create_topics
-    from app.produce import image_records, publish, srt_records, text_records, wav_records
+    from app.produce import image_records, paced, publish, srt_records, text_records, wav_records
     from app.synth import SynthSpec, synth_records
 
     s = _settings(args)
@@ -97,28 +98,49 @@ def _cmd_produce(args: argparse.Namespace) -> int:
                  for i in range(args.streams)]
         recs.extend(synth_records(specs))
     if args.image:
-        recs.extend(image_records([Path(p) for p in args.image], sid, start, args.fps))
+        recs.extend(image_records([Path(p) for p in args.image], sid, start, args.fps or 5.0))
     if args.wav:
-        recs.extend(wav_records(Path(args.wav), sid, start))
+        recs.extend(wav_records(Path(args.wav), sid, start, args.chunk_ms))
     if args.text:
         recs.extend(text_records(args.text, sid, start))
     if args.text_file:
         recs.extend(text_records(Path(args.text_file).read_text("utf-8").splitlines(), sid,
                                  start))
-    if args.srt:
+    if args.srt and not args.video:  # with --video the captions join the video's stream
         recs.extend(srt_records(Path(args.srt), sid, start))
-    if not recs:
+    video: Any = None
+    total = len(recs)
+    if args.video:
+        from app.media import probe, video_records
+
+        info = probe(Path(args.video))  # a clear error before anything is sent
+        fps = 10.0 if args.fps is None else args.fps
+        video = video_records(Path(args.video), sid, start, fps=fps or None,
+                              chunk_ms=args.chunk_ms, max_side=args.max_side,
+                              srt=Path(args.srt) if args.srt else None,
+                              embedded_subs=not args.no_embedded_subs, timed=args.realtime)
+        total += info.estimate(fps or None, args.chunk_ms)
+    if not recs and video is None:
         print("mmsync produce: nothing to publish (see --help)", file=sys.stderr)
         return 2
     asyncio.run(create_topics(s))
-    pub = asyncio.run(publish(s, recs, total=len(recs), progress=not args.quiet))
-    print(f"published {pub.total} records: {pub.by_modality}")
+    by_modality: dict[str, int] = {}
+    if recs or not args.realtime:
+        stream = recs if video is None or args.realtime else itertools.chain(recs, video)
+        pub = asyncio.run(publish(s, stream, total=total, progress=not args.quiet))
+        by_modality.update(pub.by_modality)
+    if video is not None and args.realtime:
+        pub = asyncio.run(publish(s, paced(video, args.speed), total=total - len(recs),
+                                  progress=not args.quiet))
+        for m, n in pub.by_modality.items():
+            by_modality[m] = by_modality.get(m, 0) + n
+    print(f"published {sum(by_modality.values())} records: {by_modality}")
     return 0
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:
     from app.collect import Outputs, collect
-    from app.render import render_window
+    from app.render import render_window, window_json
 
     s = _settings(args)
     if not s.broker:
@@ -128,9 +150,32 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     def until(o: Outputs) -> bool:
         return args.count is not None and len(o.windows) >= args.count
 
-    out = asyncio.run(collect(s, until=until, timeout_s=args.timeout,
-                              on_window=lambda w: print(render_window(w), flush=True)))
-    print(f"{len(out.windows)} windows, {len(out.late)} late, {len(out.dlq)} dead letters")
+    def show(w: dict[str, Any]) -> None:
+        print(window_json(w, full=args.full) if args.json else render_window(w), flush=True)
+
+    out = asyncio.run(collect(s, until=until, timeout_s=args.timeout, on_window=show))
+    summary = f"{len(out.windows)} windows, {len(out.late)} late, {len(out.dlq)} dead letters"
+    print(summary, file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _cmd_moderate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from app.moderate import Report, Thresholds, moderate
+
+    s = _settings(args)
+    if not s.broker:
+        print("mmsync moderate: set MMSYNC_BROKER or --broker", file=sys.stderr)
+        return 2
+    nsfw = None if args.nsfw_threshold < 0 else args.nsfw_threshold
+    report = Report(thresholds=Thresholds(nsfw=nsfw, terms=args.terms))
+    try:
+        asyncio.run(moderate(s, report, count=args.count, timeout_s=args.timeout,
+                             on_flag=lambda f: print(f.line(), flush=True)))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends the watch; the report below is the point
+    Console().print(report.table())
     return 0
 
 
@@ -170,11 +215,21 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--seconds", type=float, default=10.0)
     pr.add_argument("--audio-skew-ms", type=int, default=0)
     pr.add_argument("--image", nargs="*", help="JPEG/PNG files, as frames at --fps")
-    pr.add_argument("--fps", type=float, default=5.0)
+    pr.add_argument("--video", help="a media file (video, audio, embedded subtitles) via PyAV")
+    pr.add_argument("--fps", type=float, default=None,
+                    help="frame rate: --image default 5; --video resamples to it by"
+                         " presentation time, default 10, 0 keeps every frame")
+    pr.add_argument("--chunk-ms", type=int, default=100, help="audio chunk length (--video, --wav)")
+    pr.add_argument("--max-side", type=int, default=640,
+                    help="--video frames are scaled to at most this many pixels a side")
+    pr.add_argument("--no-embedded-subs", action="store_true",
+                    help="ignore the container's subtitle stream (--srt replaces it anyway)")
+    pr.add_argument("--realtime", action="store_true", help="pace --video at its media time")
+    pr.add_argument("--speed", type=float, default=1.0, help="--realtime speed-up factor")
     pr.add_argument("--wav", help="a 16-bit PCM WAV file")
     pr.add_argument("--text", nargs="*", help="text events, one per second")
     pr.add_argument("--text-file", help="one text event per line")
-    pr.add_argument("--srt", help="subtitles (.srt)")
+    pr.add_argument("--srt", help="subtitles (.srt); with --video, its sidecar captions")
     pr.add_argument("--start-us", type=int, default=None, help="ts of the first item")
     pr.add_argument("--quiet", action="store_true")
     pr.set_defaults(fn=_cmd_produce)
@@ -183,7 +238,19 @@ def _parser() -> argparse.ArgumentParser:
     common(t)
     t.add_argument("--count", type=int, default=None, help="stop after N windows")
     t.add_argument("--timeout", type=float, default=3600.0)
+    t.add_argument("--json", action="store_true",
+                   help="one JSON line per window (bytes as base64; no embeddings unless --full)")
+    t.add_argument("--full", action="store_true", help="with --json: keep the grid embeddings")
     t.set_defaults(fn=_cmd_tail)
+
+    mo = sub.add_parser("moderate", help="flag aligned windows by moderation signals; report")
+    common(mo)
+    mo.add_argument("--nsfw-threshold", type=float, default=0.8,
+                    help="flag a window whose highest NSFW score is at least this; -1: never")
+    mo.add_argument("--terms", action="store_true", help="flag windows with sensitive terms")
+    mo.add_argument("--count", type=int, default=None, help="stop after N windows")
+    mo.add_argument("--timeout", type=float, default=3600.0, help="stop after S seconds")
+    mo.set_defaults(fn=_cmd_moderate)
     return p
 
 

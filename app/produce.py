@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 import wave
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +16,8 @@ from app.kafka import make_producer
 from app.settings import Settings
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event, sniff_image
 
-__all__ = ["Published", "image_records", "parse_srt", "publish", "srt_records", "text_records",
-           "wav_records"]
+__all__ = ["Published", "image_records", "paced", "parse_srt", "publish", "srt_records",
+           "text_records", "wav_records"]
 
 Record = tuple[str, bytes | None, bytes]
 
@@ -29,9 +31,35 @@ class Published:
         return sum(self.by_modality.values())
 
 
-async def publish(s: Settings, records: Iterable[Record], *, progress: bool = True,
-                  total: int | None = None) -> Published:
-    """Send (modality, key, value) records to ``prefix.modality``; acks=all, then flush."""
+async def _aiter(records: Iterable[Record] | AsyncIterable[Record]) -> AsyncIterator[Record]:
+    if isinstance(records, AsyncIterable):
+        async for r in records:
+            yield r
+    else:
+        for r in records:
+            yield r
+
+
+async def paced(records: Iterable[tuple[int, Record]], speed: float = 1.0
+                ) -> AsyncIterator[Record]:
+    """(ts, record) pairs released at their media time (``speed`` x real time) from the first."""
+    t0: float | None = None
+    ts0 = 0
+    for ts, rec in records:
+        if t0 is None:
+            t0, ts0 = time.monotonic(), ts
+        delay = t0 + (ts - ts0) / 1e6 / speed - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield rec
+
+
+async def publish(s: Settings, records: Iterable[Record] | AsyncIterable[Record], *,
+                  progress: bool = True, total: int | None = None) -> Published:
+    """Send (modality, key, value) records to ``prefix.modality``; acks=all, then flush.
+
+    ``records`` may be lazy (a generator, or an async iterable such as :func:`paced`).
+    """
     counts: dict[str, int] = {}
     producer = make_producer(s)
     await producer.start()
@@ -39,7 +67,7 @@ async def publish(s: Settings, records: Iterable[Record], *, progress: bool = Tr
         with Progress(disable=not progress, transient=True) as bar:
             task = bar.add_task("publishing", total=total)
             futures = []
-            for modality, key, value in records:
+            async for modality, key, value in _aiter(records):
                 futures.append(await producer.send(s.topic(modality), value=value, key=key))
                 counts[modality] = counts.get(modality, 0) + 1
                 bar.advance(task)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
-__all__ = ["render_window", "spark"]
+__all__ = ["render_window", "spark", "window_json"]
 
 _BARS = " ▁▂▃▄▅▆▇█"
 
@@ -35,10 +37,39 @@ def render_window(w: dict[str, Any]) -> str:
         f"img {counts.get('image', 0):2d} |{spark(g.get('image', {}).get('change', []), 0.3)}|",
         f"aud {counts.get('audio', 0):2d} |{spark(g.get('audio', {}).get('rms', []), 0.25)}|",
         f"txt {counts.get('text', 0):2d} |{spark(g.get('text', {}).get('caption', []), 1.0)}|",
-        f"off a{offs.get('audio', 0):+5.0f} t{offs.get('text', 0):+5.0f} ms",
+        f"off a{offs.get('audio', 0):+5.0f} t{offs.get('text', 0):+5.0f} ms"
+        + _conf(w.get("confidence", {})),
     ]
     if tokens:
         parts.append("“" + " ".join(tokens)[:40] + "”")
+    if isinstance(mod.get("nsfw_max"), int | float):
+        parts.append(f"nsfw={mod['nsfw_max']:.2f}")
     if mod.get("terms"):
         parts.append(f"terms={','.join(mod['terms'])}")
     return "  ".join(parts)
+
+
+def _conf(conf: dict[str, Any]) -> str:
+    """Skew confidence of audio and text, when the window carries it."""
+    vals = [f"{m[0]}{conf[m]:.1f}" for m in ("audio", "text")
+            if isinstance(conf.get(m), int | float)]
+    return f" (conf {' '.join(vals)})" if vals else ""
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def window_json(w: dict[str, Any], *, full: bool = False) -> str:
+    """One window as one JSON line: bytes as base64; the grid's embeddings only with ``full``."""
+    if not full and isinstance(w.get("grid"), dict):
+        grid = {m: ({k: v for k, v in row.items() if k != "emb"} if isinstance(row, dict)
+                    else row) for m, row in w["grid"].items()}
+        w = {**w, "grid": grid}
+    return json.dumps(_jsonable(w), ensure_ascii=False, separators=(",", ":"))
