@@ -36,7 +36,7 @@ def register(rt: Runtime) -> Aligner:
     aligner = Aligner(AlignerConfig(
         window_us=s.window_ms * 1000, lateness_us=s.lateness_ms * 1000, idle_s=s.idle_ms / 1000,
         rate_hz=s.sync_hz, correct_skew=s.skew_correction, max_skew_us=s.max_skew_ms * 1000,
-        skew_context_us=s.skew_context_ms * 1000,
+        skew_context_us=s.skew_context_ms * 1000, stream_ttl_s=s.stream_ttl_s,
     ))
     m = rt.metrics
     aligned, late_topic = rt.topics["aligned"], rt.topics["late"]
@@ -97,6 +97,10 @@ def register(rt: Runtime) -> Aligner:
     async def idle_flush() -> None:
         await emit(None, time.time())
 
+    async def evict() -> None:
+        for sid in aligner.evict_idle(time.time()):
+            partition_of.pop(sid, None)
+
     async def on_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
         # The new owner replays what we held (it was never acked): drop it here
         # so this worker cannot emit a window of a stream it no longer owns.
@@ -112,6 +116,7 @@ def register(rt: Runtime) -> Aligner:
 
     rt.app.agent(rt.topics["features"], name="mmsync.aligner")(agent)
     rt.app.timer(_TICK_S, name="mmsync.aligner.idle")(idle_flush)
+    rt.app.timer(min(10.0, s.stream_ttl_s / 2), name="mmsync.aligner.evict")(evict)
     # Faust calls receivers as (sender, revoked, signal=...); its stub types only *args
     rt.app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
     return aligner

@@ -55,6 +55,9 @@ class AlignerConfig:
     max_skew_us: int = 1_000_000
     #: how much media the skew estimate looks at, us.
     skew_context_us: int = 8_000_000
+    #: a stream with nothing open and no record for this long (wall clock, s) is
+    #: forgotten, so a worker serving ever new streams holds bounded state.
+    stream_ttl_s: float = 600.0
 
     @property
     def tick_us(self) -> int:
@@ -98,6 +101,8 @@ class Aligner:
     def __init__(self, cfg: AlignerConfig) -> None:
         self.cfg = cfg
         self.streams: dict[str, StreamState] = {}
+        #: streams with pending records: the only ones a poll needs to look at.
+        self._open: set[str] = set()
         self._skew_cfg = SkewConfig(tick_us=cfg.tick_us, max_skew_us=cfg.max_skew_us,
                                     context_us=cfg.skew_context_us, reference=cfg.reference)
 
@@ -160,6 +165,7 @@ class Aligner:
             return AddResult("late", late=late, window_start=start)
         st.newest[rec.modality] = max(st.newest.get(rec.modality, -1), rec.ts + rec.dur)
         st.pending.append(rec)
+        self._open.add(rec.stream_id)
         st.skew.observe(rec)
         return AddResult("merged", window_start=start)
 
@@ -174,8 +180,10 @@ class Aligner:
                 if now - st.first_seen < idle:
                     return -math.inf  # a modality may still be starting up
                 continue
-            if now - heard < idle:
-                corrected = st.newest[m] - self.offset_us_of(st, m) - self.margin_us(st, m)
+            newest = st.newest.get(m)
+            # heard only through late records: nothing of it is pending, it holds nothing
+            if newest is not None and now - heard < idle:
+                corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
                 marks.append(corrected - self.cfg.lateness_us)
         return min(marks) if marks else math.inf
 
@@ -188,9 +196,10 @@ class Aligner:
         """Close every window the watermark has passed: (stream_id, start, records)."""
         out: list[tuple[str, int, list[FeatureRecord]]] = []
         W = self.cfg.window_us
-        for sid in list(self.streams if streams is None else streams):
+        for sid in list(self._open if streams is None else streams):
             st = self.streams.get(sid)
             if st is None or not st.pending:
+                self._open.discard(sid)
                 continue
             if self.cfg.correct_skew:
                 st.skew.maybe_update()
@@ -209,6 +218,8 @@ class Aligner:
                 else:
                     keep.append(rec)
             st.pending = keep
+            if not keep:
+                self._open.discard(sid)
             for start in sorted(buckets):
                 out.append((sid, start, buckets[start]))
                 st.closed_until = max(st.closed_until, start + W)
@@ -220,6 +231,20 @@ class Aligner:
         """Drop the state of streams this worker no longer owns (after a rebalance)."""
         for sid in stream_ids:
             self.streams.pop(sid, None)
+            self._open.discard(sid)
+
+    def evict_idle(self, now: float) -> list[str]:
+        """Forget streams with nothing pending and no record for ``stream_ttl_s``.
+
+        What a forgotten stream loses: its seqs (a very late duplicate is merged
+        again), which windows were emitted (a very late record opens its window
+        again, under the same id) and its skew estimate.
+        """
+        ttl = self.cfg.stream_ttl_s
+        gone = [sid for sid, st in self.streams.items() if not st.pending
+                and now - max(st.heard.values(), default=st.first_seen) > ttl]
+        self.forget(gone)
+        return gone
 
     def open_records(self) -> int:
         return sum(len(st.pending) for st in self.streams.values())

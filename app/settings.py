@@ -100,6 +100,8 @@ class Settings(BaseSettings):
                             description="seconds a text feature stays cached; 0: never expires")
     audio_ttl_s: int = Field(default=600, ge=0,
                              description="seconds an audio feature stays cached; 0: never expires")
+    stream_ttl_s: float = Field(default=600.0, ge=1.0, description="a stream with no open"
+                                " window and no record for this long is forgotten, s")
     degrade: bool = Field(default=True, description="sample the image models and drop OCR and"
                           " text embedding while records queue too long (app/degrade.py)")
     degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay above which"

@@ -164,3 +164,24 @@ def test_build_window_carries_model_features():
     assert np.allclose(mean, [0.7071, 0.7071, 0, 0], atol=1e-3)
     assert w.moderation["nsfw_max"] == pytest.approx(0.7)
     assert sorted(w.trace_ids) == sorted(r.trace_id for r in recs)
+
+
+def test_idle_streams_are_forgotten_open_ones_kept():
+    from app.align import Aligner, AlignerConfig
+    from schemas.features import FeatureRecord
+
+    al = Aligner(AlignerConfig(stream_ttl_s=60.0, idle_s=1.0))
+
+    def rec(sid: str, ts: int) -> FeatureRecord:
+        return FeatureRecord(stream_id=sid, modality="image", ts=ts, dur=0, seq=None,
+                             trace_id="t", kafka_ts_ms=0, src_partition=0, src_offset=0,
+                             feats={"luma": 0.5, "change": 0.0})
+
+    al.add(rec("done", 0), now=0.0)
+    al.add(rec("open", 0), now=0.0)
+    assert [sid for sid, _, _ in al.poll(5.0, ["done"])] == ["done"]  # all idle: emitted
+    assert al.evict_idle(30.0) == []  # not idle long enough
+    assert al.evict_idle(61.0) == ["done"]  # "open" still has a pending record
+    assert set(al.streams) == {"open"}
+    assert [sid for sid, _, _ in al.poll(62.0)] == ["open"]  # the open set drives a poll
+    assert al.evict_idle(200.0) == ["open"] and not al.streams
