@@ -54,6 +54,13 @@ def register(rt: Runtime) -> Aligner:
             conf = {mod: aligner.confidence(sid, mod) for mod in mods}
             win = build_window(aligner, sid, start, recs, offsets_ms=offsets, confidence=conf,
                                emitted_at=emitted_at)
+            # Input record's Kafka timestamp to this window's, s: where a consumer
+            # sees the whole path's time next to the per-stage sums.
+            e2e = [max(0.0, emitted_at / 1e6 - r.kafka_ts_ms / 1e3) for r in recs
+                   if r.kafka_ts_ms > 0]
+            if e2e:
+                win.stages["e2e_max"] = max(e2e)
+                win.stages["e2e_mean"] = sum(e2e) / len(e2e)
             win.stages["align"] = time.perf_counter() - t0
             # arrival of the record (or idle tick) that closed it to its send, s
             sync = win.stages["sync"] = max(0.0, time.time() - arrived)
@@ -61,10 +68,11 @@ def register(rt: Runtime) -> Aligner:
             m.windows.inc()
             m.stage.labels("align").observe(win.stages["align"])
             m.sync_latency.observe(sync)
+            for secs in e2e:
+                m.e2e.observe(secs)
             for mod, off in offsets.items():
                 m.offset_ms.labels(mod).set(off)
             for rec in recs:
-                m.e2e.observe(max(0.0, emitted_at / 1e6 - rec.kafka_ts_ms / 1e3))
                 ev = held.pop(id(rec), None)
                 if ev is not None:
                     ev.ack()

@@ -46,7 +46,7 @@ def register(rt: Runtime, modality: str) -> None:
         await loop.run_in_executor(pool, pipeline.warm, modality)
         rt.metrics.stage.labels(f"load_{modality}").observe(time.perf_counter() - t0)
         m = rt.metrics
-        stage = {name: m.stage.labels(name) for name in ("decode", "model", "cache")}
+        stage = {name: m.stage.labels(name) for name in ("queue", "decode", "model", "cache")}
         level = m.degradation.labels(modality)
         level.set(0)
         async for batch in stream.take_events(s.batch_max, within=within):

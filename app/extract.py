@@ -128,6 +128,7 @@ class FeaturePipeline:
         """One output per input, in input order."""
         self.extractor(modality)
         self._degrade(modality, msgs)
+        started = time.time()
         out: list[FeatureRecord | DeadLetter | None] = [None] * len(msgs)
         events: list[tuple[int, Event, float]] = []
         for i, msg in enumerate(msgs):
@@ -162,6 +163,8 @@ class FeaturePipeline:
                         trace_id=ev.trace_id or f"{modality}-{msg.partition}-{msg.offset}",
                         kafka_ts_ms=msg.timestamp_ms, src_partition=msg.partition,
                         src_offset=msg.offset, feats=res,
-                        stages={"decode": decode_s, "model": model_s, "cache": cache_s},
+                        stages={"queue": max(0.0, started - msg.timestamp_ms / 1000)
+                                if msg.timestamp_ms > 0 else 0.0,
+                                "decode": decode_s, "model": model_s, "cache": cache_s},
                     )
         return [o for o in out if o is not None]

@@ -116,7 +116,7 @@ def test_cache_survives_a_restart_and_stages_count_it(tmp_path):
         p = FeaturePipeline(s, memo)
         (rec,) = p.process("text", [_raw(ev)])
         assert _requests(m, "text", "hit" if run else "miss") == 1
-        assert rec.stages["cache"] >= 0 and set(rec.stages) == {"decode", "model", "cache"}
+        assert rec.stages["cache"] >= 0 and set(rec.stages) == {"queue", "decode", "model", "cache"}
         memo.close()
 
 
