@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 __all__ = ["Metrics", "gpu_memory_bytes"]
 
@@ -16,6 +16,7 @@ _STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, fds
         self.events = Counter("mmsync_events_total", "Input events by outcome",
                               ["modality", "outcome"], registry=r)
         self.stage = Histogram("mmsync_stage_seconds", "Time per processing stage",

@@ -19,14 +19,23 @@ __all__ = ["MODALITIES", "Settings", "default_cache_bytes"]
 MODALITIES: tuple[str, ...] = ("image", "audio", "text")
 
 
-def default_cache_bytes() -> int:
-    """A sixteenth of physical memory, at most 2 GiB: features are small and the
-    models need the rest."""
+def _memory_bytes() -> int:
+    """Physical memory, or the container's cgroup limit (v2 ``memory.max``) when lower."""
     try:
         phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         phys = 4 << 30
-    return int(min(phys // 16, 2 << 30))
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return int(phys)
+    return int(min(phys, int(limit))) if limit.isdigit() else int(phys)
+
+
+def default_cache_bytes() -> int:
+    """A sixteenth of memory (the container's limit if it has one), at most 2 GiB:
+    features are small and the models need the rest."""
+    return int(min(_memory_bytes() // 16, 2 << 30))
 
 
 class Settings(BaseSettings):
@@ -119,12 +128,18 @@ class Settings(BaseSettings):
     max_future_s: int = Field(
         default=7 * 24 * 3600, ge=0, description="how far past now a ts may lie, s (0: no check)"
     )
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: Path | None = None
-    log_level: str = Field(default="warning")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="Kafka security protocol of every client (workers, produce, tail)")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="PLAIN", description="SASL mechanism when security_protocol is SASL_*")
+    sasl_username: str | None = Field(default=None, description="SASL user name")
+    sasl_password: SecretStr | None = Field(default=None,
+                                            description="SASL password (a secret: never logged)")
+    ssl_cafile: Path | None = Field(default=None, description="PEM file of the CA that signed"
+                                    " the brokers' certificates; unset: the system trust store")
+    log_level: str = Field(default="warning",
+                           description="log level of the worker (debug, info, warning, error)")
     broker_wait_s: float = Field(
         default=30.0, gt=0, le=3600, description="how long a worker waits at start for the broker"
         " to answer before it exits with an error, s",
