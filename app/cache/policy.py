@@ -16,27 +16,20 @@ resizes) a key and returns the keys to evict, possibly the new key itself;
 ``remove`` forgets a key. After every ``admit`` the resident bytes are at
 most ``max_bytes`` (an entry larger than the budget is refused outright).
 
-Keys are expected to be uniformly distributed digests (``content_key`` makes
-16-byte blake2b digests): the sketch takes its row indexes straight from the
-key's last bytes instead of hashing again, which is most of its speed.
-Shorter keys are hashed with blake2b first.
+The sketch is in ``sketch.py``, the baselines in ``baselines.py``.
 """
 
 from __future__ import annotations
 
 import random
 from collections import OrderedDict, deque
-from hashlib import blake2b
 from typing import Protocol
+
+from app.cache.baselines import LFUPolicy, LRUPolicy
+from app.cache.sketch import FrequencySketch
 
 __all__ = ["FrequencySketch", "LFUPolicy", "LRUPolicy", "Policy", "WTinyLFU"]
 
-_FROM = int.from_bytes
-#: Counters saturate at 15, the range of Caffeine's 4-bit counters (one byte each
-#: here: a bytearray indexes faster than packed nibbles in pure Python).
-_COUNTER_MAX = 15
-#: bytes.translate table that halves every counter at once (the sketch's aging).
-_HALVE = bytes(v >> 1 for v in range(256))
 #: A candidate this frequent that loses still gets in 1 time in 128: without this,
 #: an attacker who warms a victim's frequency could keep hot keys out (Caffeine's
 #: hash-flooding defence).
@@ -56,203 +49,6 @@ class Policy(Protocol):
     def __len__(self) -> int: ...
     @property
     def weighted_size(self) -> int: ...
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(4, (n - 1).bit_length())
-
-
-class FrequencySketch:
-    """Count-min sketch: 4 rows of saturating counters, all halved every ``sample`` adds.
-
-    Sized from ``expected_entries`` (about how many keys the cache holds): each row
-    has ``8 * expected_entries`` counters (rounded up to a power of two) and the
-    counters age every ``40 * expected_entries`` increments. Caffeine uses 4 and 10;
-    the wider, slower sketch with conservative update (only the smallest counters
-    grow) measured 0.3 to 0.6 points better on the bench's traces and costs 32 bytes
-    per expected entry (32 MiB for a 2 GiB cache of 2 KB features).
-    """
-
-    def __init__(self, expected_entries: int) -> None:
-        n = max(expected_entries, 16)
-        self.width = w = _pow2_at_least(8 * n)
-        self._bits = bits = w.bit_length() - 1
-        self._mask = w - 1
-        # Four rows of `bits` bits each come out of one integer read from the key.
-        self._nbytes = 8 if 4 * bits <= 64 else 16
-        self._table = bytearray(4 * w)
-        self.sample = 40 * n
-        self.additions = 0
-        self.resets = 0
-
-    def _hash(self, key: bytes) -> int:
-        nb = self._nbytes
-        if len(key) < nb:
-            key = blake2b(key, digest_size=16).digest()
-        return _FROM(key[-nb:], "little")
-
-    def increment(self, key: bytes) -> None:
-        h = self._hash(key)
-        m, b, w, t = self._mask, self._bits, self.width, self._table
-        i0 = h & m
-        i1 = w + ((h >> b) & m)
-        i2 = 2 * w + ((h >> 2 * b) & m)
-        i3 = 3 * w + ((h >> 3 * b) & m)
-        v = min(t[i0], t[i1], t[i2], t[i3])
-        if v < _COUNTER_MAX:
-            v += 1
-            # Conservative update: raising a counter already above the minimum would only
-            # add another key's noise to this one's estimate.
-            if t[i0] < v:
-                t[i0] = v
-            if t[i1] < v:
-                t[i1] = v
-            if t[i2] < v:
-                t[i2] = v
-            if t[i3] < v:
-                t[i3] = v
-        self.additions += 1
-        if self.additions >= self.sample:
-            self.reset()
-
-    def frequency(self, key: bytes) -> int:
-        """Estimated count: the smallest of the key's four counters (never an underestimate
-        between resets)."""
-        h = self._hash(key)
-        m, b, w, t = self._mask, self._bits, self.width, self._table
-        return min(t[h & m], t[w + ((h >> b) & m)], t[2 * w + ((h >> 2 * b) & m)],
-                   t[3 * w + ((h >> 3 * b) & m)])
-
-    def reset(self) -> None:
-        """Aging: halve every counter, so yesterday's favourites fade (one C-speed pass)."""
-        self._table = bytearray(self._table.translate(_HALVE))
-        self.additions //= 2
-        self.resets += 1
-
-
-class LRUPolicy:
-    """Byte-weighted least-recently-used: evicts from the cold end until the new entry fits."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._od: OrderedDict[bytes, int] = OrderedDict()
-        self._bytes = 0
-
-    @property
-    def weighted_size(self) -> int:
-        return self._bytes
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._od
-
-    def __len__(self) -> int:
-        return len(self._od)
-
-    def size_of(self, key: bytes) -> int | None:
-        return self._od.get(key)
-
-    def touch(self, key: bytes) -> bool:
-        od = self._od
-        if key in od:
-            od.move_to_end(key)
-            return True
-        return False
-
-    def admit(self, key: bytes, size: int) -> list[bytes]:
-        if size > self.max_bytes:
-            self.remove(key)
-            return [key]
-        od = self._od
-        self._bytes += size - od.pop(key, 0)
-        od[key] = size
-        out: list[bytes] = []
-        while self._bytes > self.max_bytes:
-            k, s = od.popitem(last=False)
-            self._bytes -= s
-            out.append(k)
-        return out
-
-    def remove(self, key: bytes) -> int:
-        s = self._od.pop(key, 0)
-        self._bytes -= s
-        return s
-
-
-class LFUPolicy:
-    """Byte-weighted in-cache LFU: evicts the least-counted entry (oldest first among equals).
-
-    Counts live only while an entry is resident, the usual baseline (no history).
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._freq: dict[bytes, int] = {}
-        self._size: dict[bytes, int] = {}
-        self._buckets: dict[int, OrderedDict[bytes, None]] = {}
-        self._min = 0
-        self._bytes = 0
-
-    @property
-    def weighted_size(self) -> int:
-        return self._bytes
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._size
-
-    def __len__(self) -> int:
-        return len(self._size)
-
-    def size_of(self, key: bytes) -> int | None:
-        return self._size.get(key)
-
-    def _bump(self, key: bytes, f: int) -> None:
-        b = self._buckets[f]
-        del b[key]
-        if not b:
-            del self._buckets[f]
-            if self._min == f:
-                self._min = f + 1
-        self._freq[key] = f + 1
-        self._buckets.setdefault(f + 1, OrderedDict())[key] = None
-
-    def touch(self, key: bytes) -> bool:
-        f = self._freq.get(key)
-        if f is None:
-            return False
-        self._bump(key, f)
-        return True
-
-    def admit(self, key: bytes, size: int) -> list[bytes]:
-        f = self._freq.get(key, 0)
-        self.remove(key)  # a rewrite keeps its count but never evicts itself
-        if size > self.max_bytes:
-            return [key]
-        out: list[bytes] = []
-        while self._bytes + size > self.max_bytes:
-            if self._min not in self._buckets:
-                self._min = min(self._buckets)
-            victim = next(iter(self._buckets[self._min]))
-            self.remove(victim)
-            out.append(victim)
-        f = max(f, 1)
-        self._size[key] = size
-        self._bytes += size
-        self._freq[key] = f
-        self._buckets.setdefault(f, OrderedDict())[key] = None
-        self._min = min(self._min, f)  # a lower bound; refreshed when it names no bucket
-        return out
-
-    def remove(self, key: bytes) -> int:
-        s = self._size.pop(key, None)
-        if s is None:
-            return 0
-        f = self._freq.pop(key)
-        b = self._buckets[f]
-        del b[key]
-        if not b:
-            del self._buckets[f]
-        self._bytes -= s
-        return s
 
 
 class WTinyLFU:
