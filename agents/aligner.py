@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agents.features import send_dead_letter
 from app.align import Aligner, AlignerConfig, build_window
 from app.dlq import RawMsg, dead_letter
 from app.errors import InvalidInputError
@@ -87,7 +86,7 @@ def register(rt: Runtime) -> Aligner:
             except InvalidInputError as exc:
                 raw = RawMsg(topic=msg.topic, partition=msg.partition, offset=msg.offset,
                              key=msg.key, value=msg.value, timestamp_ms=0)
-                await send_dead_letter(rt, dead_letter(raw, exc.reason, exc.detail), "features")
+                await rt.send_dead_letter(dead_letter(raw, exc.reason, exc.detail), "features")
                 event.ack()
                 continue
             partition_of[rec.stream_id] = msg.partition

@@ -15,14 +15,7 @@ from app.extract import FeaturePipeline
 from app.main import Runtime
 from schemas.dead_letter import DeadLetter
 
-__all__ = ["register", "send_dead_letter"]
-
-
-async def send_dead_letter(rt: Runtime, dl: DeadLetter, modality: str) -> None:
-    rt.metrics.dlq.labels(dl.error).inc()
-    rt.metrics.events.labels(modality, "dead_letter").inc()
-    await rt.topics["dlq"].send(key=dl.key, value=dl.encode(),
-                                headers={"error": dl.error.encode()})
+__all__ = ["register"]
 
 
 def _raw(event: Any) -> RawMsg:
@@ -58,7 +51,7 @@ def register(rt: Runtime, modality: str) -> None:
             level.set(pipeline.degrader.level)
             for out in outs:
                 if isinstance(out, DeadLetter):
-                    await send_dead_letter(rt, out, modality)
+                    await rt.send_dead_letter(out, modality)
                 else:
                     for name, secs in out.stages.items():
                         stage[name].observe(secs)

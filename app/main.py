@@ -18,6 +18,7 @@ from app.cache.features import FeatureMemo
 from app.kafka import CONTRACT_TOPICS, MAX_REQUEST_BYTES
 from app.metrics import Metrics
 from app.settings import Settings
+from schemas.dead_letter import DeadLetter
 
 __all__ = ["Runtime", "make_app"]
 
@@ -59,6 +60,13 @@ class Runtime:
 
             self._memo = FeatureMemo(open_worker_cache(s, self.metrics))
         return self._memo
+
+    async def send_dead_letter(self, dl: DeadLetter, modality: str) -> None:
+        """Count it and send it to the dead-letter topic, its reason also as a header."""
+        self.metrics.dlq.labels(dl.error).inc()
+        self.metrics.events.labels(modality, "dead_letter").inc()
+        await self.topics["dlq"].send(key=dl.key, value=dl.encode(),
+                                      headers={"error": dl.error.encode()})
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         if name not in self.pools:
