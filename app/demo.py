@@ -12,14 +12,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from app.broker import EmbeddedBroker, free_port
+from app.broker import EmbeddedBroker
 from app.collect import Outputs, collect
 from app.kafka import create_topics, wait_for_broker
 from app.produce import publish
 from app.render import render_window
 from app.settings import Settings
 from app.synth import SynthSpec, synth_records
-from app.worker import spawn_worker, stop_process
+from app.worker import spawn_worker, stop_process, worker_env
 
 __all__ = ["demo_records", "run_demo"]
 
@@ -47,14 +47,10 @@ def run_demo(base: Settings, seconds: float = 8.0, timeout_s: float = 120.0) -> 
             broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "broker.log"))
             broker_url, embedded = broker.url, True
             console.print(f"[bold]embedded broker[/] {broker.bootstrap} (Tansu, in memory)")
-        s = base.model_copy(update={"broker": broker_url, "broker_embedded": embedded,
-                                    "data_dir": base.data_dir})
+        s = base.model_copy(update={"broker": broker_url, "broker_embedded": embedded})
         asyncio.run(wait_for_broker(s, timeout_s=20))
         asyncio.run(create_topics(s))
-        env = {"MMSYNC_BROKER": broker_url, "MMSYNC_BROKER_EMBEDDED": "1" if embedded else "0",
-               "MMSYNC_TOPIC_PREFIX": s.topic_prefix, "MMSYNC_PARTITIONS": str(s.partitions),
-               "MMSYNC_DATA_DIR": str(workdir / "data"),
-               "MMSYNC_WEB_PORT": str(free_port())}
+        env = worker_env(s, MMSYNC_DATA_DIR=str(workdir / "data"))
         log = workdir / "worker.log"
         proc = spawn_worker(env, log)
         stack.callback(stop_process, proc)

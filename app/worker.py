@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.settings import Settings
 
-__all__ = ["run_worker", "spawn_worker", "stop_process"]
+__all__ = ["run_worker", "spawn_worker", "stop_process", "worker_env"]
 
 
 def run_worker(s: Settings) -> None:
@@ -27,7 +27,7 @@ def run_worker(s: Settings) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Bounded retries with backoff and one clear message, instead of Faust's
     # endless reconnect loop when the broker is not there at all.
-    asyncio.run(wait_for_broker(s, timeout_s=30))
+    asyncio.run(wait_for_broker(s, timeout_s=s.broker_wait_s))
     if "text" in s.enabled_agents:
         import jieba
 
@@ -39,6 +39,20 @@ def run_worker(s: Settings) -> None:
     worker = faust.Worker(rt.app, loglevel=s.log_level.upper(), quiet=True,
                           override_logging=False)
     worker.execute_from_commandline()
+
+
+def worker_env(s: Settings, **extra: str) -> dict[str, str]:
+    """``MMSYNC_*`` variables giving a child worker the broker, topics, data dir and models
+    of ``s``, on a free metrics port; ``extra`` (``MMSYNC_X="..."``) on top."""
+    from app.broker import free_port
+
+    env = {"MMSYNC_BROKER": s.broker or "",
+           "MMSYNC_BROKER_EMBEDDED": "1" if s.broker_embedded else "0",
+           "MMSYNC_TOPIC_PREFIX": s.topic_prefix, "MMSYNC_PARTITIONS": str(s.partitions),
+           "MMSYNC_DATA_DIR": str(s.data_dir), "MMSYNC_MODELS": s.models,
+           "MMSYNC_WEB_PORT": str(free_port())}
+    env.update(extra)
+    return env
 
 
 def spawn_worker(env: dict[str, str], log_path: Path | None = None) -> subprocess.Popen[bytes]:

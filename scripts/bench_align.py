@@ -25,12 +25,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.broker import EmbeddedBroker, free_port  # noqa: E402
+from app.broker import EmbeddedBroker  # noqa: E402
 from app.collect import Outputs, collect  # noqa: E402
 from app.kafka import create_topics, make_producer, wait_for_broker  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.synth import SynthSpec, synth_records  # noqa: E402
-from app.worker import spawn_worker, stop_process  # noqa: E402
+from app.worker import spawn_worker, stop_process, worker_env  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
 
 
@@ -86,11 +86,7 @@ def main() -> int:
                      partitions=4, data_dir=Path(tmp) / "data", models="light")
         asyncio.run(wait_for_broker(s, timeout_s=20))
         asyncio.run(create_topics(s))
-        env = {"MMSYNC_BROKER": broker.url, "MMSYNC_BROKER_EMBEDDED": "1",
-               "MMSYNC_TOPIC_PREFIX": "bench", "MMSYNC_PARTITIONS": "4",
-               "MMSYNC_DATA_DIR": str(Path(tmp) / "data"), "MMSYNC_MODELS": "light",
-               "MMSYNC_WEB_PORT": str(free_port())}
-        proc = spawn_worker(env, Path(tmp) / "worker.log")
+        proc = spawn_worker(worker_env(s), Path(tmp) / "worker.log")
         try:
             time.sleep(8)  # the worker joins its group (broker-notes.md: 7 to 10 s)
             sent = asyncio.run(_publish_paced(s, specs, args.speed))
