@@ -57,4 +57,9 @@ def register(rt: Runtime, modality: str) -> None:
                         stage[name].observe(secs)
                     await features.send(key=out.stream_id.encode(), value=out.encode())
 
+    async def show_level() -> None:
+        # Between batches too: an idle worker's level decays (app.degrade).
+        rt.metrics.degradation.labels(modality).set(pipeline.degrader.at(time.monotonic()))
+
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)
+    rt.app.timer(1.0, name=f"mmsync.features.{modality}.level")(show_level)

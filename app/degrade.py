@@ -3,11 +3,13 @@
 The signal is queueing delay: how long the oldest record of a batch waited
 between its Kafka timestamp (when the producer sent it) and the moment its
 batch starts. A worker that keeps up sees tens of milliseconds; one that
-falls behind sees it grow without bound. Above ``lag_s`` the level goes up
-one step (at most once per ``hold_s``); below a quarter of it for
-``calm_s`` it comes down one step. Nothing is dropped at any level: every
-record still gets its light signals and goes through the aligner; only the
-expensive model features are sampled.
+falls behind sees it grow without bound. A batch over ``lag_s`` raises the
+level one step (at most once per ``hold_s``); every ``calm_s`` without such a
+batch lowers it one step, whether batches come or not (an idle worker is
+back at 0 within ``3 x calm_s``). Under a steady overload this settles into
+a cycle around the lowest level that keeps up. Nothing is dropped at any
+level: every record still gets its light signals and goes through the
+aligner; only the expensive model features are sampled.
 
 | level | image models (EfficientNet, NSFW) | OCR | text embedding |
 |---|---|---|---|
@@ -41,36 +43,40 @@ LEVELS: tuple[Level, ...] = (
 
 
 class Degrader:
-    """Chooses the level from the queueing delay of each batch."""
+    """Chooses the level from the queueing delay of each batch (times: monotonic s)."""
 
-    def __init__(self, lag_s: float = 1.0, hold_s: float = 2.0, calm_s: float = 5.0,
+    def __init__(self, lag_s: float = 1.0, hold_s: float = 2.0, calm_s: float = 3.0,
                  enabled: bool = True) -> None:
         self.lag_s, self.hold_s, self.calm_s = lag_s, hold_s, calm_s
         self.enabled = enabled
         self.level = 0
-        self._changed = float("-inf")
-        self._calm_since: float | None = None
+        self._up = float("-inf")  # when the level last went up
+        self._over = float("-inf")  # when a batch was last over the bound
+        self._down = float("-inf")  # when the level last came down
 
     @property
     def current(self) -> Level:
         return LEVELS[self.level]
 
+    def at(self, now: float) -> int:
+        """The level at ``now``: one step down per ``calm_s`` since the last over-bound
+        batch (or the last step down), with or without new batches."""
+        if self.level:
+            since = now - max(self._over, self._down)
+            steps = int(since // self.calm_s) if since > 0 else 0
+            if steps:
+                self.level = max(0, self.level - steps)
+                self._down = now
+        return self.level
+
     def observe(self, delay_s: float, now: float) -> int:
-        """Record one batch's queueing delay (s) at monotonic time ``now``; the level."""
+        """Record one batch's queueing delay (s) at ``now``; returns the level."""
         if not self.enabled:
             return 0
+        self.at(now)
         if delay_s > self.lag_s:
-            self._calm_since = None
-            if self.level < len(LEVELS) - 1 and now - self._changed >= self.hold_s:
+            self._over = now
+            if self.level < len(LEVELS) - 1 and now - self._up >= self.hold_s:
                 self.level += 1
-                self._changed = now
-        elif delay_s < self.lag_s / 4:
-            if self._calm_since is None:
-                self._calm_since = now
-            if self.level > 0 and now - max(self._calm_since, self._changed) >= self.calm_s:
-                self.level -= 1
-                self._changed = now
-                self._calm_since = now
-        else:
-            self._calm_since = None
+                self._up = now
         return self.level

@@ -109,6 +109,26 @@ def _raw_rates(p: FeaturePipeline, modality: str, repeat: int) -> tuple[float, f
             _rate(lambda: ex._e5.passage(texts), 8, repeat))
 
 
+def _concurrency_ab(p: FeaturePipeline, reps: int) -> tuple[float, float]:
+    """Frames/s of the two image models one after the other vs at once (embed_nsfw),
+    batch 8, alternating so both see the same machine; medians."""
+    im = p.extractor("image")
+    rgbs = [np.asarray(Image.fromarray(_chart(i)).resize((256, 256))) for i in range(8)]
+
+    def serial() -> None:
+        im.effnet.run(effnet_input(rgbs))
+        im.nsfw.run(nsfw_input(rgbs))
+
+    res: dict[str, list[float]] = {"serial": [], "concurrent": []}
+    for _ in range(reps):
+        for name, fn in (("serial", serial), ("concurrent", lambda: im.embed_nsfw(rgbs))):
+            t0 = time.perf_counter()
+            fn()
+            fn()
+            res[name].append(16 / (time.perf_counter() - t0))
+    return float(np.median(res["serial"])), float(np.median(res["concurrent"]))
+
+
 def _pipeline_rate(s: Settings, modality: str, n: int, batch: int) -> float:
     p = FeaturePipeline(s)
     p.warm(modality)
@@ -176,6 +196,9 @@ def main() -> None:
             b1 = _pipeline_rate(s, modality, n, 1)
             print(f"{modality:<8} {sum(loads.values()):>7.2f} {r1:>9.1f} {r8:>9.1f} "
                   f"{b8:>10.1f} {b1:>10.1f} {b8 / b1:>6.2f}")
+        ser, conc = _concurrency_ab(p, 3 if args.quick else 8)
+        print(f"\nimage models, batch 8: one after the other {ser:.1f} frames/s, at once"
+              f" {conc:.1f} frames/s, ratio {conc / ser:.2f}")
         pool, count = (24, 96) if args.quick else (48, 384)
         print(f"\nrepeated content: {count} records from {pool} distinct, Zipf 1.0, 8 streams,"
               " batches of 8")

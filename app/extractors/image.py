@@ -13,6 +13,7 @@ import io
 import logging
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +185,7 @@ class ImageExtractor:
         self.effnet: ModelSession | None = None
         self.nsfw: ModelSession | None = None
         self._ocr: Any = None
+        self._side: ThreadPoolExecutor | None = None
         self.load_s: dict[str, float] = {}
 
     @property
@@ -220,11 +222,17 @@ class ImageExtractor:
     def embed_nsfw(self, rgbs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(L2-normalised float32 [N, 1280] embeddings, float32 [N] P(nsfw))."""
         self.load()
-        assert self.effnet is not None and self.nsfw is not None
-        emb = self.effnet.run(effnet_input(rgbs))[0].astype(np.float32)
+        effnet, nsfw = self.effnet, self.nsfw
+        assert effnet is not None and nsfw is not None
+        # The two models run at once: ONNX Runtime releases the GIL, and each session
+        # has one intra-op thread on a small box, so this uses a second core (Open-NSFW
+        # costs about 2.4x EfficientNet-Lite0, py-spy in scripts/bench.py --profile).
+        if self._side is None:
+            self._side = ThreadPoolExecutor(1, thread_name_prefix="nsfw")
+        side = self._side.submit(lambda: nsfw.run(nsfw_input(rgbs))[0][:, 1])
+        emb = effnet.run(effnet_input(rgbs))[0].astype(np.float32)
         emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-        probs = self.nsfw.run(nsfw_input(rgbs))[0][:, 1].astype(np.float32)
-        return emb, probs
+        return emb, side.result().astype(np.float32)
 
     def _ocr_text(self, ev: FrameEvent) -> str:
         src = Image.open(io.BytesIO(ev.data))

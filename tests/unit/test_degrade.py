@@ -14,21 +14,20 @@ from schemas.events import TextEvent
 from tests.unit.test_extractors_models import _chart, _frame, _raw
 
 
-def test_level_rises_one_step_per_hold_and_falls_after_calm():
-    d = Degrader(lag_s=1.0, hold_s=2.0, calm_s=5.0)
+def test_level_rises_one_step_per_hold_and_falls_one_per_calm_period():
+    d = Degrader(lag_s=1.0, hold_s=2.0, calm_s=3.0)
     assert d.observe(0.05, 0.0) == 0
     assert d.observe(3.0, 1.0) == 1
     assert d.observe(3.0, 2.0) == 1  # held: at most one step per 2 s
     assert d.observe(3.0, 3.0) == 2
     assert d.observe(3.0, 5.0) == 3
     assert d.observe(9.0, 9.0) == 3  # the top level
-    assert d.observe(0.6, 10.0) == 3  # between a quarter and the bound: stay
-    assert d.observe(0.1, 11.0) == 3  # calm starts
-    assert d.observe(0.1, 15.9) == 3
-    assert d.observe(0.1, 16.0) == 2
-    assert d.observe(0.1, 20.9) == 2 and d.observe(0.1, 21.0) == 1
-    assert d.observe(2.0, 21.5) == 1  # load is back, but within the hold
-    assert d.observe(2.0, 23.0) == 2
+    assert d.observe(0.6, 11.9) == 3  # under the bound, but not 3 s since the last over
+    assert d.observe(0.6, 12.0) == 2
+    assert d.observe(0.1, 14.9) == 2 and d.observe(0.1, 15.0) == 1
+    assert d.observe(2.0, 15.5) == 2  # load is back: up at once (the hold has passed)
+    # no batches at all: the level still comes down, one step per calm period
+    assert d.at(18.4) == 2 and d.at(18.5) == 1 and d.at(30.0) == 0
     assert Degrader(enabled=False).observe(100.0, 0.0) == 0
 
 
@@ -67,12 +66,13 @@ def test_levels_sample_image_models_and_drop_text_embedding(pipe, monkeypatch):
 
 
 def test_pipeline_degrades_on_old_records_and_recovers(pipe):
-    pipe.degrader = Degrader(lag_s=1.0, hold_s=0.0, calm_s=0.0)
+    pipe.degrader = Degrader(lag_s=1.0, hold_s=0.0, calm_s=0.5)
     old = int(time.time() * 1000) - 10_000  # sent 10 s ago
     evs = [_frame(_chart(60 + i), "old", i) for i in range(3)]
     for _ in range(2):
         pipe.process("image", [replace(_raw(e, i), timestamp_ms=old) for i, e in enumerate(evs)])
     assert pipe.degrader.level == 2 and pipe.extractor("image").level == LEVELS[2]
+    time.sleep(1.05)  # two calm periods
     now = int(time.time() * 1000)
     for _ in range(2):
         pipe.process("image", [replace(_raw(e, i), timestamp_ms=now) for i, e in enumerate(evs)])
