@@ -1,9 +1,10 @@
 """The aligner agent: feature records in, aligned windows (and late events) out.
 
 Durability by manual acks: a feature record is acked only once its window
-has been sent (or it went to ``mm.late``, ``mm.dlq`` or was a duplicate), and
-Faust commits only the contiguous acked prefix of each partition, after
-flushing the producer. A worker that dies loses nothing: the next owner of
+has been sent (or it went to ``mm.late``, ``mm.dlq`` or was a duplicate) and
+every earlier record of its partition is done too (``app.acks``: Faust's own
+contiguity check has a hole before a partition's first commit); Faust commits
+the acked prefix after flushing the producer. A worker that dies loses nothing: the next owner of
 the partition replays every record of a window not yet emitted. Windows that
 were emitted and are replayed again come out with the same id
 (``stream_id@window_start``), for consumers to de-duplicate. No table is
@@ -18,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from app.acks import OrderedAcks
 from app.align import Aligner, AlignerConfig, build_window
 from app.dlq import RawMsg, dead_letter
 from app.errors import InvalidInputError
@@ -39,8 +41,9 @@ def register(rt: Runtime) -> Aligner:
     ))
     m = rt.metrics
     aligned, late_topic = rt.topics["aligned"], rt.topics["late"]
-    #: id(record) -> the Faust event it came in, acked once the record is placed.
-    held: dict[int, Any] = {}
+    #: id(record) -> (partition, offset) of its event, done once the record is placed.
+    held: dict[int, tuple[int, int]] = {}
+    acks = OrderedAcks()
     #: stream_id -> partition of the features topic it arrives on.
     partition_of: dict[str, int] = {}
 
@@ -72,33 +75,34 @@ def register(rt: Runtime) -> Aligner:
             for mod, off in offsets.items():
                 m.offset_ms.labels(mod).set(off)
             for rec in recs:
-                ev = held.pop(id(rec), None)
-                if ev is not None:
-                    ev.ack()
+                where = held.pop(id(rec), None)
+                if where is not None:
+                    acks.done(*where)
         m.open_records.set(aligner.open_records())
 
     async def agent(stream: Any) -> None:
         async for event in stream.noack().events():
             msg = event.message
             arrived = time.time()
+            acks.hold(msg.partition, msg.offset, event)
             try:
                 rec = FeatureRecord.decode(msg.value)
             except InvalidInputError as exc:
                 raw = RawMsg(topic=msg.topic, partition=msg.partition, offset=msg.offset,
                              key=msg.key, value=msg.value, timestamp_ms=0)
                 await rt.send_dead_letter(dead_letter(raw, exc.reason, exc.detail), "features")
-                event.ack()
+                acks.done(msg.partition, msg.offset)
                 continue
             partition_of[rec.stream_id] = msg.partition
             res = aligner.add(rec, arrived)
             m.events.labels(rec.modality, res.outcome).inc()
             if res.outcome == "merged":
-                held[id(rec)] = event
+                held[id(rec)] = (msg.partition, msg.offset)
             else:
                 if res.late is not None:
                     m.late.labels(rec.modality).inc()
                     await late_topic.send(key=rec.stream_id.encode(), value=res.late.encode())
-                event.ack()
+                acks.done(msg.partition, msg.offset)
             await emit([rec.stream_id], arrived)
 
     async def idle_flush() -> None:
@@ -119,6 +123,7 @@ def register(rt: Runtime) -> Aligner:
                 held.pop(id(rec), None)
             partition_of.pop(sid, None)
         aligner.forget(sids)
+        acks.drop(gone)
         m.open_records.set(aligner.open_records())
 
     rt.app.agent(rt.topics["features"], name="mmsync.aligner")(agent)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,41 +18,73 @@ __all__ = ["Outputs", "collect"]
 
 @dataclass
 class Outputs:
+    """What came out, de-duplicated by input record.
+
+    Every window lists its ``sources`` (modality, input partition, input offset).
+    A record counts once, however often it comes out: a window replayed after a
+    crash with the same id and content is dropped (``duplicate_windows``); a
+    replayed record that a fresh skew estimate put into another window than the
+    first time is counted in the first (``duplicate_records``); a late event or
+    dead letter seen again is dropped (``duplicate_other``).
+    """
+
     windows: list[dict[str, Any]] = field(default_factory=list)
     late: list[dict[str, Any]] = field(default_factory=list)
     dlq: list[dict[str, Any]] = field(default_factory=list)
-    #: window ids seen more than once (a replay after a crash); not counted twice.
     duplicate_windows: int = 0
-    #: late events and dead letters seen again (replayed after a crash).
+    duplicate_records: int = 0
     duplicate_other: int = 0
     _ids: set[Any] = field(default_factory=set)
+    #: input record -> where it was counted ("merged" or "late")
+    _placed: dict[tuple[Any, ...], str] = field(default_factory=dict)
+    _merged: Counter[str] = field(default_factory=Counter)
 
     def merged(self, modality: str | None = None) -> int:
-        return sum(v for w in self.windows for m, v in w["counts"].items()
-                   if modality is None or m == modality)
+        return self._merged[modality] if modality else sum(self._merged.values())
 
     @property
     def accounted(self) -> int:
-        return self.merged() + len(self.late) + len(self.dlq)
+        return len(self._placed) + len(self.dlq)
 
     def add(self, kind: str, value: dict[str, Any]) -> None:
         if kind == "aligned":
-            wid = value.get("id") or window_id(value["stream_id"], value["window_start"])
-            if wid in self._ids:
-                self.duplicate_windows += 1
-                return
-            self._ids.add(wid)
-            self.windows.append(value)
+            self._add_window(value)
         elif kind == "late":
-            if self._seen(("late", value.get("stream_id"), value.get("modality"),
-                           *(value.get("src") or ()))):
+            src = ("late", value.get("stream_id"), value.get("modality"),
+                   *(value.get("src") or ()))
+            if self._seen(src):
                 return
             self.late.append(value)
+            rec = (value.get("modality"), *(value.get("src") or ()))
+            if rec in self._placed:
+                self.duplicate_records += 1
+            else:
+                self._placed[rec] = "late"
         else:
             if self._seen(("dlq", value.get("source_topic"), value.get("partition"),
                            value.get("offset"))):
                 return
             self.dlq.append(value)
+
+    def _add_window(self, w: dict[str, Any]) -> None:
+        wid = w.get("id") or window_id(w["stream_id"], w["window_start"])
+        sources = [tuple(x) for x in w.get("sources") or ()]
+        ident = ("window", wid, tuple(sorted(sources)))
+        if ident in self._ids:
+            self.duplicate_windows += 1
+            return
+        self._ids.add(ident)
+        self.windows.append(w)
+        if not sources:  # a window from before sources were recorded: trust its counts
+            for m, n in w["counts"].items():
+                self._merged[m] += n
+            return
+        for rec in sources:
+            if rec in self._placed:
+                self.duplicate_records += 1
+            else:
+                self._placed[rec] = "merged"
+                self._merged[rec[0]] += 1
 
     def _seen(self, ident: tuple[Any, ...]) -> bool:
         if ident in self._ids:

@@ -7,6 +7,7 @@ clients (``app/main.py``) configured from the same Settings.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from typing import Any
 
@@ -57,22 +58,40 @@ def make_consumer(s: Settings, *topics: str, **kw: Any) -> AIOKafkaConsumer:
 
 
 async def wait_for_broker(s: Settings, timeout_s: float = 30.0) -> None:
-    """Bounded retries with backoff until the broker answers; a clear error otherwise."""
+    """Bounded retries with backoff until the broker answers; a clear error otherwise.
+
+    Sleeps between tries (0.2 s doubling to 2 s), so a worker waiting for a broker
+    that is not there costs next to no CPU. aiokafka logs an ERROR line per failed
+    connection; those are held back while we wait (the one message that counts is
+    the MmsyncError at the end, naming the address).
+    """
     delay, loop = 0.2, asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     last: Exception | None = None
-    while loop.time() < deadline:
-        admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, **auth_kwargs(s))
-        try:
-            await admin.start()
-            return
-        except (KafkaConnectionError, OSError) as exc:
-            last = exc
-        finally:
-            await admin.close()
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
-    raise MmsyncError(f"broker {s.broker} did not answer within {timeout_s:.0f} s: {last}")
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        while True:
+            admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap,
+                                        request_timeout_ms=max(1000, int(timeout_s * 1000)),
+                                        **auth_kwargs(s))
+            try:
+                await admin.start()
+                return
+            except (KafkaConnectionError, OSError) as exc:
+                last = exc
+            finally:
+                await admin.close()
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 2.0)
+    finally:
+        quiet.setLevel(level)
+    raise MmsyncError(f"broker {s.broker} ({s.bootstrap}) did not answer within "
+                      f"{timeout_s:g} s: {last}")
 
 
 async def create_topics(s: Settings, names: tuple[str, ...] = CONTRACT_TOPICS) -> None:

@@ -152,7 +152,8 @@ def decode_event(
         raise InvalidInputError("too_large", f"record of {len(raw)} bytes exceeds the frame limit")
     d = decode_map(raw)
     v = d.get("v")
-    if v != SCHEMA_VERSION:
+    # exactly the int 1: msgpack's 1.0 and True compare equal to 1 in Python
+    if type(v) is not int or v != SCHEMA_VERSION:
         raise InvalidInputError("bad_version", f"schema version {v!r} is not supported (want 1)")
     stream_id = _get(d, "stream_id", str, required=True)
     if not 1 <= len(stream_id) <= _MAX_STREAM_ID:
