@@ -159,14 +159,18 @@ def decode_event(
     if not 1 <= len(stream_id) <= _MAX_STREAM_ID:
         raise InvalidInputError("schema", f"stream_id must have 1 to 256 characters, has "
                                 f"{len(stream_id)}")
-    if key is not None:
-        try:
-            key_str = key.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidInputError("key_mismatch", "message key is not UTF-8") from None
-        if key_str != stream_id:
-            raise InvalidInputError("key_mismatch", f"key {key_str[:64]!r} != stream_id "
-                                    f"{stream_id[:64]!r}")
+    if key is None:
+        # Unkeyed records land on any partition, so the modalities of a stream would
+        # never meet in one aligner: the contract keys every input by stream_id.
+        raise InvalidInputError("key_mismatch", "the record has no key; the key must be "
+                                f"the stream_id ({stream_id[:64]!r})")
+    try:
+        key_str = key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInputError("key_mismatch", "message key is not UTF-8") from None
+    if key_str != stream_id:
+        raise InvalidInputError("key_mismatch", f"key {key_str[:64]!r} != stream_id "
+                                f"{stream_id[:64]!r}")
     ts = _get(d, "ts", int, required=True)
     if ts < 0:
         raise InvalidInputError("bad_ts", f"ts {ts} is negative")

@@ -234,10 +234,10 @@ async def test_fuzz_every_bad_record_dead_lettered_every_good_one_merged(pipelin
     good: list[tuple[str, bytes | None, bytes]] = []
     for sid, evs in per_stream.items():
         good.extend((e.modality, sid.encode(), encode_event(e)) for e in evs)
-    # a text-only stream sent with no key: accepted (the aligner re-keys by stream_id)
-    nokey = [TextEvent(stream_id="fz-nokey", ts=2_000_000_000 + i * 400_000, seq=i,
-                       text=f"no key {i}", dur=200_000) for i in range(6)]
-    good.extend(("text", None, encode_event(e)) for e in nokey)
+    # valid text sent with no key: refused (unkeyed records would land on any partition)
+    nokey = [("nil_key", "text", None, encode_event(TextEvent(
+        stream_id="fz-nokey", ts=2_000_000_000 + i * 400_000, seq=i, text=f"no key {i}",
+        dur=200_000)), {"key_mismatch"}) for i in range(6)]
     by_mod: dict[str, list[bytes]] = defaultdict(list)
     for m, _, v in good:
         by_mod[m].append(v)
@@ -253,6 +253,7 @@ async def test_fuzz_every_bad_record_dead_lettered_every_good_one_merged(pipelin
     for name, fn, n in (("big_image", fz.big_image, 2), ("big_audio", fz.big_audio, 1),
                         ("big_text", fz.big_text, 20)):
         bad.extend((name, *fn()) for _ in range(n))
+    bad.extend(nokey)
     dups = rng.sample([g for g in good if g[1] is not None], 20)
 
     # one sequence: good records in their order, bad ones and re-sent duplicates

@@ -115,8 +115,10 @@ def test_key_not_utf8():
         _dec("text", GOOD_TEXT, key=b"\xff\xfe")
 
 
-def test_no_key_is_accepted():
-    assert _dec("text", GOOD_TEXT, key=None).stream_id == "s1"
+def test_no_key_is_refused():
+    with pytest.raises(InvalidInputError) as e:
+        _dec("text", GOOD_TEXT, key=None)
+    assert e.value.reason == "key_mismatch" and "no key" in e.value.detail
 
 
 def test_array_round_trip_and_rejection():
