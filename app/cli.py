@@ -32,6 +32,16 @@ def _settings(args: argparse.Namespace) -> Settings:
     return s.model_copy(update=upd) if upd else s
 
 
+def _client_settings(args: argparse.Namespace) -> Settings | None:
+    """Settings of a command that talks to a running broker; None (after saying so)
+    when none is named: those commands start no embedded broker of their own."""
+    s = _settings(args)
+    if not s.broker:
+        print(f"mmsync {args.cmd}: set MMSYNC_BROKER or --broker", file=sys.stderr)
+        return None
+    return s
+
+
 def _settings_epilog() -> str:
     lines = ["settings (environment):"]
     for name, f in Settings.model_fields.items():
@@ -84,9 +94,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     from app.produce import image_records, paced, publish, srt_records, text_records, wav_records
     from app.synth import SynthSpec, synth_records
 
-    s = _settings(args)
-    if not s.broker:
-        print("mmsync produce: set MMSYNC_BROKER or --broker", file=sys.stderr)
+    s = _client_settings(args)
+    if s is None:
         return 2
     start = args.start_us if args.start_us is not None else time.time_ns() // 1000
     sid = args.stream_id
@@ -142,9 +151,8 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     from app.collect import Outputs, collect
     from app.render import render_window, window_json
 
-    s = _settings(args)
-    if not s.broker:
-        print("mmsync tail: set MMSYNC_BROKER or --broker", file=sys.stderr)
+    s = _client_settings(args)
+    if s is None:
         return 2
 
     def until(o: Outputs) -> bool:
@@ -164,9 +172,8 @@ def _cmd_moderate(args: argparse.Namespace) -> int:
 
     from app.moderate import Report, Thresholds, moderate
 
-    s = _settings(args)
-    if not s.broker:
-        print("mmsync moderate: set MMSYNC_BROKER or --broker", file=sys.stderr)
+    s = _client_settings(args)
+    if s is None:
         return 2
     nsfw = None if args.nsfw_threshold < 0 else args.nsfw_threshold
     report = Report(thresholds=Thresholds(nsfw=nsfw, terms=args.terms))
