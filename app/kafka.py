@@ -19,7 +19,7 @@ from app.errors import MmsyncError
 from app.settings import Settings
 
 __all__ = ["CONTRACT_TOPICS", "auth_kwargs", "create_topics", "make_consumer", "make_producer",
-           "wait_for_broker"]
+           "ssl_context", "wait_for_broker"]
 
 CONTRACT_TOPICS = ("text", "image", "audio", "features", "aligned", "late", "dlq")
 #: Largest record we send: an 8 MiB frame plus its envelope (dead-lettered copy included).
@@ -29,12 +29,24 @@ MAX_REQUEST_BYTES = 10 * 1024 * 1024
 EMBEDDED_FETCH_WAIT_MS = 100
 
 
+def ssl_context(s: Settings) -> ssl.SSLContext:
+    """The TLS context of every client: the CA (or the system's), a client certificate
+    for mutual TLS when one is set, the host-name check unless switched off."""
+    ctx = ssl.create_default_context(cafile=str(s.ssl_cafile) if s.ssl_cafile else None)
+    if s.ssl_certfile:
+        password = s.ssl_key_password.get_secret_value() if s.ssl_key_password else None
+        ctx.load_cert_chain(str(s.ssl_certfile), str(s.ssl_keyfile) if s.ssl_keyfile else None,
+                            password)
+    if not s.ssl_check_hostname:
+        ctx.check_hostname = False
+    return ctx
+
+
 def auth_kwargs(s: Settings) -> dict[str, Any]:
     """aiokafka security keywords for SSL and SASL (PLAIN, SCRAM)."""
     kw: dict[str, Any] = {"security_protocol": s.security_protocol}
     if s.security_protocol in ("SSL", "SASL_SSL"):
-        kw["ssl_context"] = ssl.create_default_context(
-            cafile=str(s.ssl_cafile) if s.ssl_cafile else None)
+        kw["ssl_context"] = ssl_context(s)
     if s.security_protocol.startswith("SASL"):
         kw["sasl_mechanism"] = s.sasl_mechanism
         kw["sasl_plain_username"] = s.sasl_username

@@ -165,9 +165,9 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
 
 
 def _faust_credentials(s: Settings) -> Any:
-    import ssl
+    from app.kafka import ssl_context
 
-    ctx = ssl.create_default_context(cafile=str(s.ssl_cafile) if s.ssl_cafile else None)
+    ctx = ssl_context(s)
     if s.security_protocol == "SSL":
         return faust.SSLCredentials(ctx)
     password = s.sasl_password.get_secret_value() if s.sasl_password else ""

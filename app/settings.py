@@ -138,6 +138,14 @@ class Settings(BaseSettings):
                                             description="SASL password (a secret: never logged)")
     ssl_cafile: Path | None = Field(default=None, description="PEM file of the CA that signed"
                                     " the brokers' certificates; unset: the system trust store")
+    ssl_certfile: Path | None = Field(default=None, description="PEM client certificate for"
+                                      " mutual TLS (with ssl_keyfile); unset: no client cert")
+    ssl_keyfile: Path | None = Field(default=None, description="PEM private key of"
+                                     " ssl_certfile; unset: the key is in the certificate file")
+    ssl_key_password: SecretStr | None = Field(default=None, description="password of"
+                                               " ssl_keyfile, if it is encrypted")
+    ssl_check_hostname: bool = Field(default=True, description="check the broker's"
+                                     " certificate names its host; off only for test clusters")
     log_level: str = Field(default="warning",
                            description="log level of the worker (debug, info, warning, error)")
     broker_wait_s: float = Field(

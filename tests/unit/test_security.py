@@ -272,3 +272,26 @@ def test_faust_gets_the_credentials(tmp_path: Path, protocol: str,
 def test_version_must_be_exactly_int_1(v: Any) -> None:
     raw = msgpack.packb({"v": v, "stream_id": "s", "ts": 1, "text": "hi"})
     assert _reason("text", raw) == "bad_version"
+
+
+def test_mutual_tls_client_certificate_and_hostname_switch(tmp_path: Path) -> None:
+    """A real self-signed certificate and key (openssl) load into every client's context."""
+    import shutil
+    import subprocess
+
+    from app.kafka import auth_kwargs, ssl_context
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=mmsync-test", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    s = Settings(security_protocol="SSL", ssl_cafile=cert, ssl_certfile=cert, ssl_keyfile=key,
+                 ssl_check_hostname=False)
+    ctx = ssl_context(s)
+    assert ctx.check_hostname is False and ctx.verify_mode == ssl.CERT_REQUIRED
+    assert auth_kwargs(s)["ssl_context"].check_hostname is False
+    assert ssl_context(s.model_copy(update={"ssl_check_hostname": True})).check_hostname
+    with pytest.raises(ssl.SSLError):
+        ssl_context(s.model_copy(update={"ssl_keyfile": cert}))  # a certificate is no key
