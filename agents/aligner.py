@@ -4,14 +4,16 @@ Durability by manual acks: a feature record is acked only once its window
 has been sent (or it went to ``mm.late``, ``mm.dlq`` or was a duplicate) and
 every earlier record of its partition is done too (``app.acks``: Faust's own
 contiguity check has a hole before a partition's first commit); Faust commits
-the acked prefix after flushing the producer. A worker that dies loses nothing: the next owner of
-the partition replays every record of a window not yet emitted. Windows that
-were emitted and are replayed again come out with the same id
-(``stream_id@window_start``), for consumers to de-duplicate. No table is
-involved, so the embedded broker's end-offset fault (changelog recovery
-stops short, broker-notes.md) cannot lose state; the skew estimate is the
-one thing a restart forgets, and it re-converges within seconds while the
-watermark waits for it (app.align, "margin").
+the acked prefix after flushing the producer. A worker that dies loses
+nothing: the next owner of the partition replays every record not yet
+committed. A replayed window comes out again with the same id
+(``stream_id@window_start``); a replayed record that the new owner's fresh
+skew estimate puts into a neighbouring window comes out twice; consumers
+de-duplicate by window id and by each window's ``sources`` (``app.collect``).
+No table is involved, so the embedded broker's end-offset fault (changelog
+recovery stops short, broker-notes.md) cannot lose state; the skew estimate
+is the one thing a restart forgets, and it re-converges within seconds while
+the watermark waits for it (app.align, "margin").
 """
 
 from __future__ import annotations
