@@ -186,6 +186,21 @@ class _Run:
                 assert out.merged(m) + late_m == self.sent[m], m
         return figures
 
+    async def finish_tasks(self, pub: asyncio.Task[None], reader: asyncio.Task[Outputs]
+                           ) -> Outputs:
+        """Stop publishing, wait for the publisher, then for the reader's outputs."""
+        self.stop.set()
+        await pub
+        return await reader
+
+    async def cancel_tasks(self, pub: asyncio.Task[None], reader: asyncio.Task[Outputs]
+                           ) -> None:
+        """However the test ended: no publisher or reader left running."""
+        self.stop.set()
+        await asyncio.gather(pub, return_exceptions=True)
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
     def finish(self, figures: list[str]) -> None:
         for f in figures:
             print("  " + f)
@@ -278,14 +293,9 @@ async def test_two_workers_sigkill_one_the_other_takes_over(pipeline):
         stall, who = run.stall_s(t_kill, t_kill + resume)
         t_after = time.monotonic()
         await run.wait_for(lambda: run.all_streams_out_since(t_after), 30, "steady again")
-        run.stop.set()
-        await pub
-        out = await reader
+        out = await run.finish_tasks(pub, reader)
     finally:
-        run.stop.set()
-        await asyncio.gather(pub, return_exceptions=True)
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
+        await run.cancel_tasks(pub, reader)
     acc = run.check_accounting(out)
     assert w2.poll() is None
     print("\ntwo workers on 4 partitions, SIGKILL one:")
@@ -337,14 +347,9 @@ async def test_three_workers_share_eight_partitions_join_and_leave(pipeline):
         survivors = [*workers[1:], w4]
         assert all(w.poll() is None for w in survivors)
         end_shares = [_windows_total(pipeline, w) for w in survivors]
-        run.stop.set()
-        await pub
-        out = await reader
+        out = await run.finish_tasks(pub, reader)
     finally:
-        run.stop.set()
-        await asyncio.gather(pub, return_exceptions=True)
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
+        await run.cancel_tasks(pub, reader)
     acc = run.check_accounting(out)
     if run.lost:
         acc += f"; of those lost, on {s.topic('features')}: {await _on_features(s, run.lost)}"
