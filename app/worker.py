@@ -51,15 +51,20 @@ def worker_env(s: Settings, **extra: str) -> dict[str, str]:
            "MMSYNC_TOPIC_PREFIX": s.topic_prefix, "MMSYNC_PARTITIONS": str(s.partitions),
            "MMSYNC_DATA_DIR": str(s.data_dir), "MMSYNC_MODELS": s.models,
            "MMSYNC_WEB_PORT": str(free_port())}
+    if s.models_dir is not None:
+        env["MMSYNC_MODELS_DIR"] = str(s.models_dir)
     env.update(extra)
     return env
 
 
-def spawn_worker(env: dict[str, str], log_path: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start ``mmsync worker`` as a child with ``MMSYNC_*`` settings from ``env``."""
+def spawn_worker(env: dict[str, str], log_path: Path | None = None, *,
+                 module: str = "app.cli", args: tuple[str, ...] = ("worker",)
+                 ) -> subprocess.Popen[bytes]:
+    """Start ``python -m module args`` (by default ``mmsync worker``) as a child in its own
+    process group, with ``MMSYNC_*`` settings from ``env``, output to ``log_path``."""
     full = {**os.environ, **env}
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=full, stdout=out,
+    return subprocess.Popen([sys.executable, "-m", module, *args], env=full, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
-from app.broker import EmbeddedBroker, free_port  # noqa: E402
+from app.broker import EmbeddedBroker  # noqa: E402
 from app.kafka import (  # noqa: E402
     CONTRACT_TOPICS,
     create_topics,
@@ -65,7 +65,7 @@ from app.kafka import (  # noqa: E402
 from app.loadgen import Item, MixSpec, mix, scaled  # noqa: E402
 from app.naive import NAIVE_TOPIC  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.worker import spawn_worker, stop_process  # noqa: E402
+from app.worker import spawn_worker, stop_process, worker_env  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
 
 console = Console()
@@ -122,25 +122,15 @@ def _start(kind: str, broker: EmbeddedBroker, tmp: Path, workers: int, extra: di
     prefix = f"b{kind[0]}"
     s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix, partitions=8,
                  data_dir=tmp / f"data-{kind}", models_dir=tmp / "models")
-    env = {"MMSYNC_BROKER": broker.url, "MMSYNC_BROKER_EMBEDDED": "1",
-           "MMSYNC_TOPIC_PREFIX": prefix, "MMSYNC_PARTITIONS": "8",
-           "MMSYNC_DATA_DIR": str(s.data_dir), "MMSYNC_MODELS_DIR": str(tmp / "models"),
-           **extra}
     procs, ports, logs = [], [], []
     n = 1 if kind == "naive" else workers
     for i in range(n):
-        port = free_port()
+        env = worker_env(s, **extra)  # a free web port each
         log = tmp / f"{kind}-{i}.log"
-        e = {**env, "MMSYNC_WEB_PORT": str(port)}
-        if kind == "naive":
-            out = open(log, "ab")  # noqa: SIM115 - the child owns it
-            p = subprocess.Popen([sys.executable, "-m", "app.naive"], env={**os.environ, **e},
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                 cwd=Path(__file__).resolve().parents[1])
-        else:
-            p = spawn_worker(e, log)
+        p = (spawn_worker(env, log, module="app.naive", args=()) if kind == "naive"
+             else spawn_worker(env, log))
         procs.append(p)
-        ports.append(port)
+        ports.append(int(env["MMSYNC_WEB_PORT"]))
         logs.append(log)
     outs = [s.topic(NAIVE_TOPIC)] if kind == "naive" else [s.topic("aligned"), s.topic("late"),
                                                           s.topic("dlq")]
@@ -680,8 +670,10 @@ def _report(results: dict[str, dict[str, Any]], raw_fps: float, args: Any, wall:
         print(f"{'':42}{'before':>10}{'after':>10}{'change':>10}")
         for name, x, y in rows:
             print(f"{name:42}{x:>10.2f}{y:>10.2f}{_ratio(x, y):>10}")
-        print(f"(QPS: naive at rate {bn.rate if bn else 'none passed'}, "
-              f"mmsync at rate {bm.rate if bm else 'none passed'}; "
+        def _at(best: Step | None) -> str:
+            return f"at rate {best.rate:g}" if best else "no step passed, its best failing step"
+
+        print(f"(QPS: naive {_at(bn)}, mmsync {_at(bm)}; "
               f"mmsync workers: {args.workers})")
     if mm:
         bm = _pick(mm)

@@ -27,9 +27,9 @@ from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
 pytestmark = pytest.mark.integration
 
 STREAMS, FPS, SECONDS = 4, 10, 60  # 40 frames/s: about 2x what the models sustain here
-#: The cap this test holds the worker to, with MMSYNC_BUFFER_MAX=64: models and
-#: runtime (~0.9 GiB) plus bounded buffers; far below what an unbounded queue
-#: of 2400 frames and their features would reach over a longer overload.
+#: The cap this test holds the worker to, with MMSYNC_BUFFER_MAX=64: the warm
+#: models (326 MiB peak, scripts/measure_rss.py), Faust and aiokafka, and the
+#: bounded buffers, with room to spare; an unbounded queue grows past any cap.
 RSS_CAP_BYTES = 2 << 30
 
 

@@ -24,11 +24,6 @@ DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "mmsync.json"
 PROVISIONING = DEPLOY / "grafana" / "provisioning"
 
-#: Metrics the dashboard already shows that a fresh Metrics registry does not
-#: yet hold. Remove each name once it lands; the test then checks it like every
-#: other (and fails while a landed name is still listed here).
-PENDING: set[str] = set()
-
 _VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 
 
@@ -234,11 +229,8 @@ def test_dashboard_metrics_exist_in_registry() -> None:
     registry = _registry_names()
     # [a-z0-9_]: names hold digits (mmsync_e2e_latency_seconds).
     used = {n for e in _exprs() for n in re.findall(r"\b(?:mmsync|process)_[a-z0-9_]+", e)}
-    missing = sorted(n for n in used if n not in registry and n not in PENDING
-                     and _base(n) not in PENDING)
+    missing = sorted(n for n in used if n not in registry)
     assert not missing, f"not in app.metrics.Metrics: {missing}"
-    landed = sorted(p for p in PENDING if p in registry)
-    assert not landed, f"remove from PENDING, they exist now: {landed}"
 
 
 # --- docs -------------------------------------------------------------------
