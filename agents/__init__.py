@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.main import Runtime
+from app.runtime.faust_app import Runtime
 
 __all__ = ["register_all"]
 

@@ -2,18 +2,18 @@
 
 Durability by manual acks: a feature record is acked only once its window
 has been sent (or it went to ``mm.late``, ``mm.dlq`` or was a duplicate) and
-every earlier record of its partition is done too (``app.acks``: Faust's own
+every earlier record of its partition is done too (``app.align.acks``: Faust's own
 contiguity check has a hole before a partition's first commit); Faust commits
 the acked prefix after flushing the producer. A worker that dies loses
 nothing: the next owner of the partition replays every record not yet
 committed. A replayed window comes out again with the same id
 (``stream_id@window_start``); a replayed record that the new owner's fresh
 skew estimate puts into a neighbouring window comes out twice; consumers
-de-duplicate by window id and by each window's ``sources`` (``app.collect``).
+de-duplicate by window id and by each window's ``sources`` (``app.clients.collect``).
 No table is involved, so the embedded broker's end-offset fault (changelog
 recovery stops short, broker-notes.md) cannot lose state; the skew estimate
 is the one thing a restart forgets, and it re-converges within seconds while
-the watermark waits for it (app.align, "margin").
+the watermark waits for it (app.align.aligner, "margin").
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.acks import OrderedAcks
-from app.align import Aligner, AlignerConfig, build_window
-from app.dlq import RawMsg, dead_letter
+from app.align.acks import OrderedAcks
+from app.align.aligner import Aligner, AlignerConfig, build_window
+from app.consumed import RawMsg, dead_letter
 from app.errors import InvalidInputError
-from app.main import Runtime
+from app.runtime.faust_app import Runtime
 from schemas.features import FeatureRecord
 
 __all__ = ["register"]

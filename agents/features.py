@@ -1,6 +1,6 @@
 """One feature agent per input topic (text, image, audio).
 
-The three differ only in their extractor, which lives in ``app/extractors``;
+The three differ only in their extractor, which lives in ``app/features``;
 one factory keeps the loop in one place instead of three near-copies.
 """
 
@@ -10,9 +10,9 @@ import asyncio
 import time
 from typing import Any
 
-from app.dlq import RawMsg
-from app.extract import FeaturePipeline
-from app.main import Runtime
+from app.consumed import RawMsg
+from app.features.pipeline import FeaturePipeline
+from app.runtime.faust_app import Runtime
 from schemas.dead_letter import DeadLetter
 
 __all__ = ["register"]
@@ -58,7 +58,7 @@ def register(rt: Runtime, modality: str) -> None:
                     await features.send(key=out.stream_id.encode(), value=out.encode())
 
     async def show_level() -> None:
-        # Between batches too: an idle worker's level decays (app.degrade).
+        # Between batches too: an idle worker's level decays (app.features.degrade).
         rt.metrics.degradation.labels(modality).set(pipeline.degrader.at(time.monotonic()))
 
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)

@@ -52,13 +52,13 @@ def _settings_epilog() -> str:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from app.demo import run_demo
+    from app.clients.demo import run_demo
 
     return run_demo(_settings(args), seconds=args.seconds, timeout_s=args.timeout)
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from app.worker import run_worker
+    from app.runtime.process import run_worker
 
     s = _settings(args)
     if not s.broker:
@@ -71,7 +71,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from app.broker import EmbeddedBroker
+    from app.kafka.embedded import EmbeddedBroker
 
     with EmbeddedBroker(port=args.port) as b:
         print(f"embedded broker (Tansu, in memory) on {b.bootstrap}")
@@ -90,9 +90,16 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    from app.kafka import create_topics
-    from app.produce import image_records, paced, publish, srt_records, text_records, wav_records
-    from app.synth import SynthSpec, synth_records
+    from app.clients.produce import (
+        image_records,
+        paced,
+        publish,
+        srt_records,
+        text_records,
+        wav_records,
+    )
+    from app.clients.synth import SynthSpec, synth_records
+    from app.kafka.clients import create_topics
 
     s = _client_settings(args)
     if s is None:
@@ -120,7 +127,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     video: Any = None
     total = len(recs)
     if args.video:
-        from app.media import probe, video_records
+        from app.clients.media import probe, video_records
 
         info = probe(Path(args.video))  # a clear error before anything is sent
         fps = 10.0 if args.fps is None else args.fps
@@ -148,8 +155,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:
-    from app.collect import Outputs, collect
-    from app.render import render_window, window_json
+    from app.clients.collect import Outputs, collect
+    from app.clients.render import render_window, window_json
 
     s = _client_settings(args)
     if s is None:
@@ -170,7 +177,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 def _cmd_moderate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from app.moderate import Report, Thresholds, moderate
+    from app.clients.moderate import Report, Thresholds, moderate
 
     s = _client_settings(args)
     if s is None:

@@ -1,6 +1,12 @@
-"""One exception root; behaviour lives on the class (as aiokafka's errors do)."""
+"""One exception root; behaviour lives on the class (as aiokafka's errors do).
+
+The root and ``InvalidInputError`` are defined in ``schemas.errors`` (the wire
+format imports nothing of the app) and re-exported here.
+"""
 
 from __future__ import annotations
+
+from schemas.errors import InvalidInputError, MmsyncError
 
 __all__ = [
     "BrokerStartError",
@@ -9,27 +15,6 @@ __all__ = [
     "MmsyncError",
     "TransientError",
 ]
-
-
-class MmsyncError(Exception):
-    """Root of every error mmsync raises on purpose."""
-
-    #: Whether retrying the same operation may succeed.
-    retriable: bool = False
-
-
-class InvalidInputError(MmsyncError):
-    """Permanent: the record can never be processed; it goes to the dead-letter topic.
-
-    ``reason`` is the short machine-readable code of the contract
-    (``bad_msgpack``, ``schema``, ``too_large``, ``bad_image``, ``bad_audio``,
-    ``key_mismatch``, ``bad_version``); ``detail`` is for people.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 class TransientError(MmsyncError):

@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     stream_ttl_s: float = Field(default=600.0, ge=1.0, description="a stream with no open"
                                 " window and no record for this long is forgotten, s")
     degrade: bool = Field(default=True, description="sample the image models and drop OCR and"
-                          " text embedding while records queue too long (app/degrade.py)")
+                          " text embedding while records queue too long (app/features/degrade.py)")
     degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay above which"
                                 " the degradation level goes up one step, ms")
     buffer_max: int = Field(default=256, ge=1, le=100_000, description="records buffered per"

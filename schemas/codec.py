@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from app.errors import InvalidInputError
+from schemas.errors import InvalidInputError
 
 __all__ = ["decode_map", "encode", "pack_array", "unpack_array"]
 

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.errors import InvalidInputError
 from schemas.codec import decode_map, encode
+from schemas.errors import InvalidInputError
 
 __all__ = [
     "AudioChunk",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.errors import InvalidInputError
 from schemas.codec import decode_map, encode
+from schemas.errors import InvalidInputError
 
 __all__ = ["FEATURES_VERSION", "FeatureRecord"]
 

@@ -1,12 +1,12 @@
 """End-to-end benchmark: mmsync vs the naive baseline on the same load, on the embedded broker.
 
-Load (``app/loadgen.py``): N live streams (default 8) of 5 fps JPEG frames,
+Load (``scripts/benchlib/loadgen.py``): N live streams (default 8) of 5 fps JPEG frames,
 100 ms 16 kHz audio chunks and a caption about every 2 s (mostly Chinese),
 repeated content drawn with a Zipf(1.0) skew and a 3x burst for 2 s in every
 10 s, published at wall-clock pace (the record's Kafka timestamp is its send
 time). A rate ``r`` means ``round(r * N)`` streams.
 
-Each side (``before``: ``app/naive.py``, one process; ``after``: ``--workers``
+Each side (``before``: ``scripts/benchlib/naive.py``, one process; ``after``: ``--workers``
 mmsync workers) gets a fresh broker, a warm-up, then a short search over the
 rate: each step publishes ``--step-s`` seconds of media; it passes when the
 p99 latency is within ``--p99-bound`` and every input is accounted for within
@@ -54,19 +54,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
-from app.broker import EmbeddedBroker  # noqa: E402
-from app.kafka import (  # noqa: E402
+from app.kafka.clients import (  # noqa: E402
     CONTRACT_TOPICS,
     create_topics,
     make_consumer,
     make_producer,
     wait_for_broker,
 )
-from app.loadgen import Item, MixSpec, mix, scaled  # noqa: E402
-from app.naive import NAIVE_TOPIC  # noqa: E402
+from app.kafka.embedded import EmbeddedBroker  # noqa: E402
+from app.runtime.process import spawn_worker, stop_process, worker_env  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.worker import spawn_worker, stop_process, worker_env  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
+from scripts.benchlib.loadgen import Item, MixSpec, mix, scaled  # noqa: E402
+from scripts.benchlib.naive import NAIVE_TOPIC  # noqa: E402
 
 console = Console()
 _CLK = os.sysconf("SC_CLK_TCK")
@@ -127,7 +127,7 @@ def _start(kind: str, broker: EmbeddedBroker, tmp: Path, workers: int, extra: di
     for i in range(n):
         env = worker_env(s, **extra)  # a free web port each
         log = tmp / f"{kind}-{i}.log"
-        p = (spawn_worker(env, log, module="app.naive", args=()) if kind == "naive"
+        p = (spawn_worker(env, log, module="scripts.benchlib.naive", args=()) if kind == "naive"
              else spawn_worker(env, log))
         procs.append(p)
         ports.append(int(env["MMSYNC_WEB_PORT"]))
@@ -203,7 +203,7 @@ class Step:
     ok: bool = False
     full: bool = False
     #: mmsync_degradation_level polled once a second during the step: max, and the
-    #: share of polls above 0 (app/degrade.py: fewer image model runs under load).
+    #: share of polls above 0 (app/features/degrade.py: fewer image model runs under load).
     degrade_max: float = 0.0
     degrade_share: float = 0.0
     stages: dict[str, Any] = field(default_factory=dict)
@@ -436,8 +436,8 @@ def _finish_py_spy(proc: subprocess.Popen[bytes], out: Path) -> None:
 
 def _raw_onnx(tmp: Path, seconds: float, batch: int) -> tuple[float, int, int]:
     """EfficientNet-Lite0 + Open-NSFW frames/s on pre-decoded batches (the worker's sessions)."""
-    from app.extract import FeaturePipeline
-    from app.extractors.image import SIDE, effnet_input, nsfw_input
+    from app.features.image import SIDE, effnet_input, nsfw_input
+    from app.features.pipeline import FeaturePipeline
 
     s = Settings(data_dir=tmp / "data-raw", models_dir=tmp / "models",
                  **({"batch_max": batch} if batch else {}))
@@ -589,7 +589,7 @@ def main() -> int:
     ap.add_argument("--batch-max", type=int, default=0,
                     help="MMSYNC_BATCH_MAX for both sides' settings (0: default)")
     ap.add_argument("--full-features", action="store_true",
-                    help="a step passes only if mmsync never degraded (app/degrade.py)")
+                    help="a step passes only if mmsync never degraded (app/features/degrade.py)")
     ap.add_argument("--calm-wait-s", type=float, default=10.0,
                     help="after the warm-up, wait up to this long for degradation level 0")
     ap.add_argument("--sides", default="naive,mmsync")

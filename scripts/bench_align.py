@@ -25,12 +25,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.broker import EmbeddedBroker  # noqa: E402
-from app.collect import Outputs, collect  # noqa: E402
-from app.kafka import create_topics, make_producer, wait_for_broker  # noqa: E402
+from app.clients.collect import Outputs, collect  # noqa: E402
+from app.clients.synth import SynthSpec, synth_records  # noqa: E402
+from app.kafka.clients import create_topics, make_producer, wait_for_broker  # noqa: E402
+from app.kafka.embedded import EmbeddedBroker  # noqa: E402
+from app.runtime.process import spawn_worker, stop_process, worker_env  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.synth import SynthSpec, synth_records  # noqa: E402
-from app.worker import spawn_worker, stop_process, worker_env  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
 
 

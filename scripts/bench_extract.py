@@ -27,10 +27,10 @@ import simplejpeg
 from PIL import Image, ImageDraw
 
 from app.cache.features import FeatureMemo, open_worker_cache
-from app.dlq import RawMsg
-from app.extract import FeaturePipeline
-from app.extractors.image import effnet_input, nsfw_input
-from app.metrics import Metrics
+from app.consumed import RawMsg
+from app.features.image import effnet_input, nsfw_input
+from app.features.pipeline import FeaturePipeline
+from app.runtime.metrics import Metrics
 from app.settings import Settings
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
 

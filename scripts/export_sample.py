@@ -10,7 +10,7 @@ import argparse
 import wave
 from pathlib import Path
 
-from app.synth import SynthSpec, synth_events
+from app.clients.synth import SynthSpec, synth_events
 from schemas.events import AudioChunk, FrameEvent, TextEvent
 
 

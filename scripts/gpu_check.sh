@@ -15,8 +15,8 @@ import sys, time
 import numpy as np
 import onnxruntime as ort
 from PIL import Image
-from app.extractors.image import effnet_input, nsfw_input, export_efficientnet, nsfw_model_path
-from app.extractors.runtime import CUDA, ModelRuntime
+from app.features.image import effnet_input, nsfw_input, export_efficientnet, nsfw_model_path
+from app.features.onnx import CUDA, ModelRuntime
 from pathlib import Path
 import os
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.extract import FeaturePipeline  # noqa: E402
+from app.features.pipeline import FeaturePipeline  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from schemas.events import TextEvent  # noqa: E402
 from tests.unit.test_extractors_models import _chart, _chunk, _frame, _speechlike  # noqa: E402

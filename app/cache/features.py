@@ -22,7 +22,7 @@ from app.errors import ConfigError, TransientError
 from app.settings import MODALITIES, Settings
 
 if TYPE_CHECKING:
-    from app.metrics import Metrics
+    from app.runtime.metrics import Metrics
 
 __all__ = ["FeatureMemo", "open_worker_cache"]
 

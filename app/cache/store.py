@@ -45,7 +45,7 @@ from app.errors import ConfigError, TransientError
 from app.settings import MODALITIES, Settings, default_cache_bytes
 
 if TYPE_CHECKING:
-    from app.metrics import Metrics
+    from app.runtime.metrics import Metrics
 
 __all__ = ["HEADER_BYTES", "CacheStats", "FeatureCache", "Lookup", "Result", "content_key"]
 

@@ -12,9 +12,9 @@ from uuid import uuid4
 
 import pytest
 
-from app.broker import EmbeddedBroker, free_port
+from app.kafka.embedded import EmbeddedBroker, free_port
+from app.runtime.process import spawn_worker, stop_process
 from app.settings import Settings
-from app.worker import spawn_worker, stop_process
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,13 @@ from uuid import uuid4
 import pytest
 from aiokafka.partitioner import murmur2
 
-from app.broker import EmbeddedBroker, free_port
-from app.collect import collect
-from app.kafka import create_topics
-from app.produce import publish
+from app.clients.collect import collect
+from app.clients.produce import publish
+from app.clients.synth import SynthSpec, synth_records
+from app.kafka.clients import create_topics
+from app.kafka.embedded import EmbeddedBroker, free_port
+from app.runtime.process import spawn_worker, stop_process
 from app.settings import Settings
-from app.synth import SynthSpec, synth_records
-from app.worker import spawn_worker, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def test_wait_for_broker_does_not_spin(tmp_path: Path) -> None:
     env = {**os.environ, "MMSYNC_BROKER": f"kafka://127.0.0.1:{port}",
            "MMSYNC_DATA_DIR": str(tmp_path), "MMSYNC_BROKER_WAIT_S": str(wait_s)}
     code = ("import asyncio, resource, sys, time\n"
-            "from app.kafka import wait_for_broker\n"
+            "from app.kafka.clients import wait_for_broker\n"
             "from app.settings import Settings\n"
             "s = Settings()\n"
             "r0 = resource.getrusage(resource.RUSAGE_SELF); t0 = time.monotonic()\n"

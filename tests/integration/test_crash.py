@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from app.collect import collect
-from app.kafka import create_topics
-from app.produce import publish
-from app.synth import SynthSpec, synth_records
-from app.worker import stop_process
+from app.clients.collect import collect
+from app.clients.produce import publish
+from app.clients.synth import SynthSpec, synth_records
+from app.kafka.clients import create_topics
+from app.runtime.process import stop_process
 
 pytestmark = pytest.mark.integration
 

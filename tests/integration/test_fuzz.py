@@ -18,9 +18,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from app.collect import collect
-from app.kafka import create_topics, make_producer
-from app.synth import SynthSpec, synth_events
+from app.clients.collect import collect
+from app.clients.synth import SynthSpec, synth_events
+from app.kafka.clients import create_topics, make_producer
 from schemas.events import TextEvent, encode_event
 
 pytestmark = pytest.mark.integration

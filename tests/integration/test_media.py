@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from app.collect import collect
-from app.kafka import create_topics
-from app.media import probe, video_records
+from app.clients.collect import collect
+from app.clients.media import probe, video_records
+from app.kafka.clients import create_topics
 from tests.unit.test_media import make_video, write_srt
 
 pytestmark = pytest.mark.integration

@@ -9,10 +9,10 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.collect import collect
-from app.kafka import create_topics
-from app.produce import publish
-from app.synth import SynthSpec, synth_records
+from app.clients.collect import collect
+from app.clients.produce import publish
+from app.clients.synth import SynthSpec, synth_records
+from app.kafka.clients import create_topics
 
 pytestmark = pytest.mark.integration
 

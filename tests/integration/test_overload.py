@@ -20,8 +20,8 @@ import pytest
 import simplejpeg
 from PIL import Image, ImageDraw
 
-from app.collect import collect
-from app.kafka import create_topics, make_producer
+from app.clients.collect import collect
+from app.kafka.clients import create_topics, make_producer
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
 
 pytestmark = pytest.mark.integration

@@ -30,10 +30,10 @@ from typing import Any
 import pytest
 from aiokafka.partitioner import murmur2
 
-from app.collect import Outputs, collect
-from app.kafka import create_topics, make_consumer, make_producer
-from app.synth import SynthSpec, synth_events
-from app.worker import stop_process
+from app.clients.collect import Outputs, collect
+from app.clients.synth import SynthSpec, synth_events
+from app.kafka.clients import create_topics, make_consumer, make_producer
+from app.runtime.process import stop_process
 from schemas.events import Event, encode_event
 
 pytestmark = pytest.mark.integration

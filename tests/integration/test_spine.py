@@ -11,10 +11,10 @@ from collections import Counter
 import msgpack
 import pytest
 
-from app.collect import collect
-from app.kafka import create_topics, make_consumer
-from app.produce import publish
-from app.synth import SynthSpec, synth_records
+from app.clients.collect import collect
+from app.clients.produce import publish
+from app.clients.synth import SynthSpec, synth_records
+from app.kafka.clients import create_topics, make_consumer
 from schemas.events import TextEvent, encode_event
 
 pytestmark = pytest.mark.integration

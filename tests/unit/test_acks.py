@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.acks import OrderedAcks
+from app.align.acks import OrderedAcks
 
 
 class _Ev:

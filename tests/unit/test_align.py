@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from app.align import Aligner, AlignerConfig, build_window
+from app.align.aligner import Aligner, AlignerConfig, build_window
 from schemas.codec import pack_array, unpack_array
 from schemas.features import FeatureRecord
 
@@ -167,7 +167,7 @@ def test_build_window_carries_model_features():
 
 
 def test_idle_streams_are_forgotten_open_ones_kept():
-    from app.align import Aligner, AlignerConfig
+    from app.align.aligner import Aligner, AlignerConfig
     from schemas.features import FeatureRecord
 
     al = Aligner(AlignerConfig(stream_ttl_s=60.0, idle_s=1.0))

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from rocksdict import Options, Rdict
 
 from app.cache import HEADER_BYTES, FeatureCache, LRUPolicy, Policy, content_key
-from app.metrics import Metrics
+from app.runtime.metrics import Metrics
 from app.settings import Settings, default_cache_bytes
 
 TTL = {"image": 10, "audio": 20, "text": 100}

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.degrade import LEVELS, Degrader
-from app.extract import FeaturePipeline
+from app.features.degrade import LEVELS, Degrader
+from app.features.pipeline import FeaturePipeline
 from app.settings import Settings
 from schemas.events import TextEvent
 from tests.unit.test_extractors_models import _chart, _frame, _raw

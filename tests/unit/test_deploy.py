@@ -1,8 +1,8 @@
 """The deployment files parse and agree with the code (no Docker engine needed).
 
 docker-compose.yml, deploy/ (topic init, Prometheus, Grafana) and
-docs/operations.md are checked against app.kafka's contract topics,
-app.settings.Settings and a fresh app.metrics.Metrics registry.
+docs/operations.md are checked against app.kafka.clients's contract topics,
+app.settings.Settings and a fresh app.runtime.metrics.Metrics registry.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from app.kafka import CONTRACT_TOPICS
-from app.metrics import Metrics
+from app.kafka.clients import CONTRACT_TOPICS
+from app.runtime.metrics import Metrics
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,8 +92,8 @@ def test_kafka_is_kraft_without_auto_create(compose: dict[str, Any]) -> None:
     env = _env(compose["services"]["kafka"])
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
-    # An 8 MiB frame plus envelope must fit (app/kafka.py MAX_REQUEST_BYTES).
-    from app.kafka import MAX_REQUEST_BYTES
+    # An 8 MiB frame plus envelope must fit (app/kafka/clients.py MAX_REQUEST_BYTES).
+    from app.kafka.clients import MAX_REQUEST_BYTES
 
     assert int(env["KAFKA_MESSAGE_MAX_BYTES"]) >= MAX_REQUEST_BYTES
 
@@ -230,7 +230,7 @@ def test_dashboard_metrics_exist_in_registry() -> None:
     # [a-z0-9_]: names hold digits (mmsync_e2e_latency_seconds).
     used = {n for e in _exprs() for n in re.findall(r"\b(?:mmsync|process)_[a-z0-9_]+", e)}
     missing = sorted(n for n in used if n not in registry)
-    assert not missing, f"not in app.metrics.Metrics: {missing}"
+    assert not missing, f"not in app.runtime.metrics.Metrics: {missing}"
 
 
 # --- docs -------------------------------------------------------------------

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from dtaidistance import dtw
 
-from app.dtw import banded_path, estimate_lag, normalise, splat
+from app.align.dtw import banded_path, estimate_lag, normalise, splat
 
 
 def reference_dtw(a: np.ndarray, b: np.ndarray, window: int) -> float:

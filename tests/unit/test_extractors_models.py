@@ -10,12 +10,12 @@ import pytest
 import simplejpeg
 from PIL import Image, ImageDraw, ImageFont
 
-from app.dlq import RawMsg
-from app.extract import FeaturePipeline
-from app.extractors.audio import SR, resample
-from app.extractors.image import EMB_DIM, average_hash, hamming
-from app.extractors.runtime import CPU, CUDA, ModelSession
-from app.extractors.text import TermMatcher, _tokens, tokens
+from app.consumed import RawMsg
+from app.features.audio import SR, resample
+from app.features.image import EMB_DIM, average_hash, hamming
+from app.features.onnx import CPU, CUDA, ModelSession
+from app.features.pipeline import FeaturePipeline
+from app.features.text import TermMatcher, _tokens, tokens
 from app.settings import Settings
 from schemas.codec import unpack_array
 from schemas.dead_letter import DeadLetter

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from app.cache.features import FeatureMemo, open_worker_cache
-from app.extract import FeaturePipeline
-from app.main import Runtime
-from app.metrics import Metrics
+from app.features.pipeline import FeaturePipeline
+from app.runtime.faust_app import Runtime
+from app.runtime.metrics import Metrics
 from app.settings import Settings
 from schemas.codec import unpack_array
 from schemas.events import TextEvent

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.align import Aligner, AlignerConfig
+from app.align.aligner import Aligner, AlignerConfig
 from schemas.features import FeatureRecord
 
 CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_hz=20.0,

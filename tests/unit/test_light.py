@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from app.errors import InvalidInputError
-from app.extractors.light import ImageSignals, audio_signals, decode_gray_thumb, tokenize
+from app.features.light import ImageSignals, audio_signals, decode_gray_thumb, tokenize
 from schemas.codec import unpack_array
 from schemas.events import AudioChunk, FrameEvent
 from tests.helpers import jpeg_bytes, png_bytes
@@ -48,7 +48,7 @@ def test_tokenize_chinese_and_english():
 def test_parse_srt_and_wav_records(tmp_path):
     import wave
 
-    from app.produce import parse_srt, wav_records
+    from app.clients.produce import parse_srt, wav_records
     from schemas.events import decode_event
 
     cues = parse_srt("1\n00:00:01,500 --> 00:00:02,000\n你好\n世界\n\n2\n00:01:00,000 --> "

@@ -6,9 +6,9 @@ import collections
 
 import numpy as np
 
-from app.loadgen import CAPTIONS, MixSpec, mix, scaled, zipf_weights
 from schemas.codec import decode_map
 from schemas.events import decode_event
+from scripts.benchlib.loadgen import CAPTIONS, MixSpec, mix, scaled, zipf_weights
 
 SPEC = MixSpec(streams=3, seconds=20.0, seed=5)
 

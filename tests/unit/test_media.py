@@ -1,4 +1,4 @@
-"""app.media on real files made here with PyAV: frame picking, JPEG, audio chunks, errors."""
+"""app.clients.media on real files made here with PyAV: frame picks, JPEG, audio chunks, errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import simplejpeg
 
 from app.cli import main
-from app.media import MediaError, pick_frame, probe, video_records
+from app.clients.media import MediaError, pick_frame, probe, video_records
 from schemas.events import decode_event
 
 SRT = """1

@@ -7,8 +7,8 @@ import json
 
 from rich.console import Console
 
-from app.moderate import Report, Thresholds, flag_window
-from app.render import render_window, window_json
+from app.clients.moderate import Report, Thresholds, flag_window
+from app.clients.render import render_window, window_json
 
 
 def _window(sid: str = "s", start: int = 0, *, nsfw: float | None = None,

@@ -216,7 +216,7 @@ def test_password_is_a_secret(tmp_path: Path) -> None:
 
 
 def test_auth_kwargs_sasl_ssl(tmp_path: Path, cafile_seen: list[str | None]) -> None:
-    from app.kafka import auth_kwargs
+    from app.kafka.clients import auth_kwargs
 
     kw = auth_kwargs(_sasl_ssl_settings(tmp_path))
     assert kw["security_protocol"] == "SASL_SSL"
@@ -228,7 +228,7 @@ def test_auth_kwargs_sasl_ssl(tmp_path: Path, cafile_seen: list[str | None]) -> 
 
 async def test_aiokafka_clients_get_the_credentials(tmp_path: Path,
                                                    cafile_seen: list[str | None]) -> None:
-    from app.kafka import make_consumer, make_producer
+    from app.kafka.clients import make_consumer, make_producer
 
     s = _sasl_ssl_settings(tmp_path)
     producer = make_producer(s)
@@ -251,7 +251,7 @@ def test_faust_gets_the_credentials(tmp_path: Path, protocol: str,
                                     cafile_seen: list[str | None]) -> None:
     from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-    from app.main import make_app
+    from app.runtime.faust_app import make_app
 
     s = _sasl_ssl_settings(tmp_path, "PLAIN").model_copy(
         update={"security_protocol": protocol})
@@ -279,7 +279,7 @@ def test_mutual_tls_client_certificate_and_hostname_switch(tmp_path: Path) -> No
     import shutil
     import subprocess
 
-    from app.kafka import auth_kwargs, ssl_context
+    from app.kafka.clients import auth_kwargs, ssl_context
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl not installed")

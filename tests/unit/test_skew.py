@@ -7,9 +7,9 @@ without the model extractors, so the test stays fast.
 import numpy as np
 import pytest
 
-from app.align import Aligner, AlignerConfig
-from app.extractors.light import ImageSignals, audio_signals, text_signals
-from app.synth import SynthSpec, synth_events
+from app.align.aligner import Aligner, AlignerConfig
+from app.clients.synth import SynthSpec, synth_events
+from app.features.light import ImageSignals, audio_signals, text_signals
 from schemas.events import AudioChunk, FrameEvent, TextEvent
 from schemas.features import FeatureRecord
 

@@ -13,14 +13,14 @@ import time
 from typing import Any
 
 from app.cache.features import FeatureMemo
-from app.degrade import LEVELS, Degrader
-from app.dlq import RawMsg, dead_letter
+from app.consumed import RawMsg, dead_letter
 from app.errors import InvalidInputError
-from app.extractors.audio import AudioExtractor
-from app.extractors.image import ImageExtractor
-from app.extractors.light import ImageSignals, audio_signals, text_signals
-from app.extractors.runtime import ModelRuntime
-from app.extractors.text import TermMatcher, TextExtractor
+from app.features.audio import AudioExtractor
+from app.features.degrade import LEVELS, Degrader
+from app.features.image import ImageExtractor
+from app.features.light import ImageSignals, audio_signals, text_signals
+from app.features.onnx import ModelRuntime
+from app.features.text import TermMatcher, TextExtractor
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 from schemas.events import AudioChunk, Event, FrameEvent, Limits, TextEvent, decode_event
@@ -112,7 +112,7 @@ class FeaturePipeline:
         return dict(res)
 
     def _degrade(self, modality: str, msgs: list[RawMsg]) -> None:
-        """Set the level from how long this batch's oldest record waited (app.degrade)."""
+        """Set the level from how long this batch's oldest record waited (app.features.degrade)."""
         sent = [m.timestamp_ms for m in msgs if m.timestamp_ms > 0]
         if not sent:
             return

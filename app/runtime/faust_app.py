@@ -15,8 +15,8 @@ from typing import Any
 import faust
 
 from app.cache.features import FeatureMemo
-from app.kafka import CONTRACT_TOPICS, MAX_REQUEST_BYTES
-from app.metrics import Metrics
+from app.kafka.clients import CONTRACT_TOPICS, MAX_REQUEST_BYTES
+from app.runtime.metrics import Metrics
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 
@@ -32,7 +32,7 @@ class _App(faust.App):
 
     def _new_transport(self) -> Any:
         if self.embedded:
-            from app.faust_embedded import EmbeddedTransport
+            from app.kafka.transport import EmbeddedTransport
 
             return EmbeddedTransport(self.conf.broker_consumer, self)
         return super()._new_transport()
@@ -146,7 +146,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
             import asyncio
             import os
 
-            from app.metrics import gpu_memory_bytes
+            from app.runtime.metrics import gpu_memory_bytes
 
             used = await asyncio.get_running_loop().run_in_executor(
                 None, gpu_memory_bytes, os.getpid())
@@ -165,7 +165,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
 
 
 def _faust_credentials(s: Settings) -> Any:
-    from app.kafka import ssl_context
+    from app.kafka.clients import ssl_context
 
     ctx = ssl_context(s)
     if s.security_protocol == "SSL":

@@ -20,8 +20,8 @@ import av
 import numpy as np
 import simplejpeg
 
+from app.clients.produce import Record, parse_srt
 from app.errors import MmsyncError
-from app.produce import Record, parse_srt
 from schemas.events import AudioChunk, Event, FrameEvent, TextEvent, encode_event
 
 __all__ = ["MediaError", "MediaInfo", "TimedRecord", "audio_events", "frame_events", "pick_frame",

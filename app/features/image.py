@@ -23,11 +23,11 @@ import numpy as np
 from PIL import Image
 
 from app.cache.features import FeatureMemo
-from app.degrade import LEVELS, Level
 from app.errors import InvalidInputError
-from app.extractors.light import THUMB, ImageSignals, decode_gray_thumb, decode_resized
-from app.extractors.runtime import CPU as CPU_PROVIDER
-from app.extractors.runtime import ModelRuntime, ModelSession, atomic_write
+from app.features.degrade import LEVELS, Level
+from app.features.light import THUMB, ImageSignals, decode_gray_thumb, decode_resized
+from app.features.onnx import CPU as CPU_PROVIDER
+from app.features.onnx import ModelRuntime, ModelSession, atomic_write
 from schemas.codec import pack_array
 from schemas.events import FrameEvent
 
@@ -150,7 +150,7 @@ class _Item:
     ocr: bool
     key: bytes | None = None
     computed: bool = False
-    #: degraded: the models were skipped for load (app.degrade); feats are the last ones
+    #: degraded: the models were skipped for load (app.features.degrade); feats are the last ones
     held: bool = False
     #: the same picture earlier in this batch (another stream): its features are ours
     twin: _Item | None = None
@@ -179,7 +179,7 @@ class ImageExtractor:
         self._frames: dict[str, int] = {}
         #: new frames per stream since the models last ran on one (for sampling)
         self._since: dict[str, int] = {}
-        #: the degradation level's rules (app.degrade), set by the pipeline per batch
+        #: the degradation level's rules (app.features.degrade), set by the pipeline per batch
         self.level: Level = LEVELS[0]
         #: content key -> the item of this batch that computes it (reset per batch)
         self._batch: dict[bytes, _Item] = {}

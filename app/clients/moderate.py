@@ -15,7 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from app.errors import InvalidInputError
-from app.kafka import make_consumer
+from app.kafka.clients import make_consumer
 from app.settings import Settings
 from schemas.aligned import window_id
 from schemas.codec import decode_map

@@ -3,7 +3,7 @@
 Per stream, every feature record falls into the tumbling window
 ``floor((ts - offset) / W) * W`` on the reference (image) clock, where
 ``offset`` is the modality's estimated lag behind the reference
-(``app.skew``; 0 with correction off). Records wait unbucketed until their
+(``app.align.skew``; 0 with correction off). Records wait unbucketed until their
 window closes, so a better estimate still moves them. A window closes when
 the stream's watermark passes its end:
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from app.align.skew import SkewConfig, StreamSkew
 from app.settings import MODALITIES
-from app.skew import SkewConfig, StreamSkew
 from schemas.aligned import AlignedWindow, LateEvent
 from schemas.codec import pack_array, unpack_array
 from schemas.features import FeatureRecord

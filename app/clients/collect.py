@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.kafka import make_consumer
+from app.kafka.clients import make_consumer
 from app.settings import Settings
 from schemas.aligned import window_id
 from schemas.codec import decode_map

@@ -12,7 +12,7 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from app.kafka import EMBEDDED_FETCH_WAIT_MS
+from app.kafka.clients import EMBEDDED_FETCH_WAIT_MS
 
 __all__ = ["EmbeddedTransport"]
 

@@ -20,8 +20,8 @@ def run_worker(s: Settings) -> None:
     import faust
 
     from agents import register_all
-    from app.kafka import wait_for_broker
-    from app.main import make_app
+    from app.kafka.clients import wait_for_broker
+    from app.runtime.faust_app import make_app
 
     logging.basicConfig(level=s.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -44,7 +44,7 @@ def run_worker(s: Settings) -> None:
 def worker_env(s: Settings, **extra: str) -> dict[str, str]:
     """``MMSYNC_*`` variables giving a child worker the broker, topics, data dir and models
     of ``s``, on a free metrics port; ``extra`` (``MMSYNC_X="..."``) on top."""
-    from app.broker import free_port
+    from app.kafka.embedded import free_port
 
     env = {"MMSYNC_BROKER": s.broker or "",
            "MMSYNC_BROKER_EMBEDDED": "1" if s.broker_embedded else "0",

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from app.cache.features import FeatureMemo
-from app.extractors.light import tokenize
+from app.features.light import tokenize
 from schemas.codec import pack_array
 from schemas.events import TextEvent
 
@@ -44,7 +44,7 @@ def _tokens(text: str) -> tuple[str, ...]:
 
 
 def tokens(text: str) -> list[str]:
-    """:func:`app.extractors.light.tokenize`, memoised (a text seen is not re-segmented)."""
+    """:func:`app.features.light.tokenize`, memoised (a text seen is not re-segmented)."""
     return list(_tokens(text))
 
 
@@ -53,10 +53,10 @@ def _read_terms(lines: Iterable[str]) -> list[str]:
 
 
 def default_terms() -> list[str]:
-    """The small lists shipped in ``app/extractors/terms/``."""
+    """The small lists shipped in ``app/features/terms/``."""
     out: list[str] = []
     for name in ("default_en.txt", "default_zh.txt"):
-        out += _read_terms(resources.files("app.extractors").joinpath("terms", name)
+        out += _read_terms(resources.files("app.features").joinpath("terms", name)
                            .read_text("utf-8").splitlines())
     return out
 
@@ -132,7 +132,7 @@ class TextExtractor:
         self.matcher = matcher
         self._embedding = embedding
         self._cache = cache
-        #: False while the worker is degraded (app.degrade): terms and tokens only
+        #: False while the worker is degraded (app.features.degrade): terms and tokens only
         self.embedding_allowed = True
         # Everything a text's features depend on besides its bytes.
         self.version = f"text1|terms:{matcher.digest}|e5:{'small-q4' if embedding else '-'}"

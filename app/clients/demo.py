@@ -12,14 +12,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from app.broker import EmbeddedBroker
-from app.collect import Outputs, collect
-from app.kafka import create_topics, wait_for_broker
-from app.produce import publish
-from app.render import render_window
+from app.clients.collect import Outputs, collect
+from app.clients.produce import publish
+from app.clients.render import render_window
+from app.clients.synth import SynthSpec, synth_records
+from app.kafka.clients import create_topics, wait_for_broker
+from app.kafka.embedded import EmbeddedBroker
+from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
-from app.synth import SynthSpec, synth_records
-from app.worker import spawn_worker, stop_process, worker_env
 
 __all__ = ["demo_records", "run_demo"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.progress import Progress
 
-from app.kafka import make_producer
+from app.kafka.clients import make_producer
 from app.settings import Settings
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event, sniff_image
 

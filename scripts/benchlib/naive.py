@@ -1,7 +1,7 @@
 """The naive baseline: what a first version without mmsync's design would do.
 
 One aiokafka consumer over the three input topics and a plain loop: each
-record is decoded and run through the same extractors (``app/extractors``)
+record is decoded and run through the same extractors (``app/features``)
 one at a time, synchronously, on the event loop (no thread, no batching, no
 near-duplicate reuse, no feature cache), then put into a per-stream tumbling
 window by its raw ``ts`` (no skew correction). A window is sent when every
@@ -11,7 +11,7 @@ the merged ``counts`` and ``trace_ids``, and the output's Kafka timestamp
 minus each input's is its end-to-end latency, measured the same way as for
 ``mm.aligned``. A record for a window already sent goes out as ``late``.
 
-Only for ``scripts/bench.py``: ``python -m app.naive`` reads ``MMSYNC_*``
+Only for ``scripts/bench.py``: ``python -m scripts.benchlib.naive`` reads ``MMSYNC_*``
 like a worker and runs until SIGTERM.
 """
 
@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.extract import FeaturePipeline
-from app.kafka import make_consumer, make_producer
+from app.kafka.clients.clients import make_consumer, make_producer
+
+from app.features.pipeline import FeaturePipeline
 from app.settings import MODALITIES, Settings
 from schemas.codec import encode
 from schemas.events import Limits, decode_event

@@ -1,7 +1,7 @@
 """aiokafka clients built from Settings: producers, consumers, topic creation.
 
 Used by the CLI (produce, tail, demo) and tests; the workers use Faust's own
-clients (``app/main.py``) configured from the same Settings.
+clients (``app/runtime/faust_app.py``) configured from the same Settings.
 """
 
 from __future__ import annotations

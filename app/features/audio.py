@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from app.cache.features import FeatureMemo
-from app.extractors.light import AUDIO_HOP_US, audio_signals, pcm_to_mono
-from app.extractors.runtime import ModelRuntime
+from app.features.light import AUDIO_HOP_US, audio_signals, pcm_to_mono
+from app.features.onnx import ModelRuntime
 from schemas.codec import pack_array
 from schemas.events import AudioChunk
 

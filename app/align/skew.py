@@ -11,7 +11,7 @@ Each modality's feature records become *onsets* on that modality's own clock:
 - text: a caption's start.
 
 Over a sliding context (``context_us``, default 8 s) the onsets are splatted
-onto the sync grid, and :func:`app.dtw.estimate_lag` compares each modality
+onto the sync grid, and :func:`app.align.dtw.estimate_lag` compares each modality
 with the reference (image) inside a Sakoe-Chiba band of ``max_skew_us``. The
 raw estimates are smoothed per modality (``_Filter``: a confidence-weighted
 median of the recent ones along a fitted drift line), so one context that
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.dtw import estimate_lag, normalise, splat
+from app.align.dtw import estimate_lag, normalise, splat
 from schemas.codec import unpack_array
 from schemas.features import FeatureRecord
 

@@ -2,7 +2,7 @@
 
 image: luminance and change from the previous frame of the same stream;
 audio: RMS energy per 50 ms hop; text: tokens (jieba for Chinese) and caption
-presence. Model-based features build on these (see ``app/extractors/``).
+presence. Model-based features build on these (see ``app/features/``).
 """
 
 from __future__ import annotations

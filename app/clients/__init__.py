@@ -1,0 +1,1 @@
+"""Programs around the workers: publishing media, reading outputs, the demo, moderation."""

@@ -1,0 +1,1 @@
+"""Kafka plumbing: aiokafka clients from Settings, the embedded Tansu broker, its transport."""

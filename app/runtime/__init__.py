@@ -1,0 +1,1 @@
+"""The Faust worker runtime: the app and its topics, worker processes, metrics."""

@@ -1,0 +1,1 @@
+"""Code only the benchmarks use: the load generator and the naive baseline."""
