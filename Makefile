@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint bench clean install
+.PHONY: demo test unit integration lint clean install
 
 install: $(STAMP)
 
