@@ -130,7 +130,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 def tokenize(text: str) -> list[str]:
     """jieba for text with Chinese characters, a Unicode word split otherwise."""
     if _CJK.search(text):
-        import jieba  # loaded lazily: 1.4 s the first time (broker-notes.md)
+        import jieba  # loaded lazily: 1.4 s the first time (docs/broker.md)
 
         return [t for t in jieba.lcut(text) if t.strip() and not _is_punct(t)]
     return [w.lower() for w in _WORD.findall(text)]

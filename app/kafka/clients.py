@@ -29,7 +29,7 @@ CONTRACT_TOPICS = ("text", "image", "audio", "features", "aligned", "late", "dlq
 #: Largest record we send: an 8 MiB frame plus its envelope (dead-lettered copy included).
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 #: Embedded broker only: it answers an empty fetch after half the client's wait
-#: (broker-notes.md, fault 2); 100 ms keeps pass-through latency near 40 ms.
+#: (docs/broker.md, fault 2); 100 ms keeps pass-through latency near 40 ms.
 EMBEDDED_FETCH_WAIT_MS = 100
 
 

@@ -93,7 +93,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         "consumer_auto_offset_reset": "earliest",
         "processing_guarantee": "at_least_once",
         # Faust's 60 s defaults made a worker take 32 s to become ready on the
-        # embedded broker; these give 7 to 10 s (broker-notes.md).
+        # embedded broker; these give 7 to 10 s (docs/broker.md).
         "broker_session_timeout": 6,
         "broker_heartbeat_interval": 0.5,
         "broker_rebalance_timeout": 20,
@@ -124,7 +124,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
     @app.task(on_leader=False)
     async def _declare_topics() -> None:
         # A topic that is only sent to does not exist until the first send on
-        # Tansu: declare every contract topic up front (broker-notes.md).
+        # Tansu: declare every contract topic up front (docs/broker.md).
         for t in topics.values():
             await t.maybe_declare()
 

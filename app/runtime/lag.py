@@ -32,6 +32,8 @@ class LagReporter:
     def __init__(self, s: Settings, group_id: str, metrics: Metrics) -> None:
         self._s, self._group, self._metrics = s, group_id, metrics
         self._admin: AIOKafkaAdminClient | None = None
+        #: partitions with a series, so a revoked one's series is removed, not frozen
+        self._shown: set[TopicPartition] = set()
 
     async def _client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
@@ -45,6 +47,10 @@ class LagReporter:
         """``assigned``: the worker's partitions (topic, partition); ``highwater(tp)`` their
         end offsets as last fetched (a partition not fetched yet is skipped)."""
         ends: dict[TopicPartition, int] = {}
+        assigned = [TopicPartition(tp.topic, tp.partition) for tp in assigned]
+        for gone in self._shown - set(assigned):
+            self._metrics.consumer_lag.remove(gone.topic, str(gone.partition))
+            self._shown.discard(gone)
         for tp in assigned:
             try:
                 end = highwater(tp)
@@ -65,6 +71,7 @@ class LagReporter:
             meta = committed.get(tp)
             done = meta.offset if meta is not None and meta.offset >= 0 else 0
             self._metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, end - done))
+            self._shown.add(tp)
 
     async def close(self) -> None:
         if self._admin is not None:

@@ -15,16 +15,15 @@ import subprocess
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from app.settings import MODALITIES
+from schemas.errors import REASONS
 
 __all__ = ["CACHE_RESULTS", "DLQ_REASONS", "DYNAMIC_LABELS", "OUTCOMES", "STAGES", "Metrics",
            "gpu_memory_bytes"]
 
 #: ``mmsync_events_total{outcome}``: the aligner's placements plus the dead-letter path.
 OUTCOMES = ("merged", "late", "duplicate", "dead_letter")
-#: ``mmsync_dlq_total{error}``: the reasons of ``schemas`` and ``app.features`` rejections,
-#: and ``extract_failed`` when a model raises on a batch (app/features/pipeline.py).
-DLQ_REASONS = ("bad_msgpack", "schema", "bad_version", "too_large", "bad_image", "bad_audio",
-               "bad_ts", "key_mismatch", "extract_failed")
+#: ``mmsync_dlq_total{error}``: the closed dead-letter vocabulary (schemas.errors.REASONS).
+DLQ_REASONS = tuple(REASONS)
 #: ``mmsync_cache_requests_total{result}`` (app.cache.store.Result).
 CACHE_RESULTS = ("hit", "miss", "expired", "corrupt")
 #: ``mmsync_stage_seconds{stage}``: per item, per batch and once per model load.

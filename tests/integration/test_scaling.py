@@ -2,7 +2,7 @@
 
 Media is published paced (faster than real time) while the outputs are read
 live, so the stall a rebalance causes is visible per stream. Tansu's consumer
-groups (broker-notes.md): two or more consumers split partitions, a clean leave
+groups (docs/broker.md): two or more consumers split partitions, a clean leave
 (SIGTERM, LeaveGroup) rebalances at once, a SIGKILLed member is noticed only
 after the session timeout (Faust's ``broker_session_timeout=6`` s here), then
 the group rebalances (eager: every member gives up its partitions and gets a

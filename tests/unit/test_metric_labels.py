@@ -86,7 +86,8 @@ def test_dead_letter_reasons_are_the_ones_the_code_raises() -> None:
         name = _name(call.func)
         node = {"InvalidInputError": _arg(call, 0, "reason"),
                 "dead_letter": _arg(call, 1, "reason"),
-                "DeadLetter": _arg(call, 5, "error")}.get(name)
+                "DeadLetter": _arg(call, 5, "error"),
+                "_Failed": _arg(call, 0, "reason")}.get(name)
         if node is None:
             continue
         reason = _str(node)
