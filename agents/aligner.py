@@ -7,20 +7,37 @@ acks (``stream.noack()``): a feature record is acked only once it is placed
 and every earlier record of its partition is too; Faust commits the acked
 prefix after flushing the producer. A worker that dies loses nothing: the
 next owner of the partition replays every record not yet committed.
+
+The outputs are the aligner's memory: when a features partition is assigned,
+before its first record is processed, what ``mm.aligned`` and ``mm.late``
+hold for it (from ``MMSYNC_RESTORE_LOOKBACK_S`` before that record) is read
+back (``app.runtime.outputs``) into the runner, so a replayed record already
+in an emitted window is not emitted again and no window id comes out with
+fewer inputs. Faust rebalances eagerly, so this runs for every assigned
+partition on every rebalance: ``mmsync_restore_seconds`` says what it costs.
 Nothing is kept in Faust tables: the embedded broker's end-offset fault
 (changelog recovery stops short, docs/broker.md) cannot lose state.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from functools import partial
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
 from app.align.aligner import AlignerConfig
+from app.align.progress import MarkBoard
 from app.align.runner import AlignRunner, Step
+from app.runtime.delivery import Send, deliver
 from app.runtime.faust_app import Runtime
+from app.runtime.outputs import read_outputs
 
 __all__ = ["register"]
+
+log = logging.getLogger(__name__)
 
 #: How often open windows are checked for idle streams, seconds.
 _TICK_S = 0.05
@@ -29,20 +46,24 @@ _TICK_S = 0.05
 def register(rt: Runtime) -> AlignRunner:
     s = rt.settings
     features = s.topic("features")
-    runner = AlignRunner(AlignerConfig.from_settings(s), features)
+    # A mark older than four intervals means its agent stopped sending (app.align.progress).
+    marks = MarkBoard(ttl_s=4 * s.mark_interval_ms / 1000, max_hold_s=s.max_hold_ms / 1000)
+    runner = AlignRunner(AlignerConfig.from_settings(s), features, marks=marks)
+    #: features partitions assigned and not yet restored
+    to_restore: set[int] = set()
     m = rt.metrics
     aligned, late_topic = rt.topics["aligned"], rt.topics["late"]
     #: (partition, offset) -> the Faust event to ack once the runner releases it
     events: dict[tuple[int, int], Any] = {}
 
     async def publish(step: Step) -> None:
-        for dl in step.dead:
-            await rt.send_dead_letter(dl, "features")
+        sends: list[Send] = [rt.dead_letter_send(dl, "features") for dl in step.dead]
         for late in step.late:
             m.late.labels(late.modality).inc()
-            await late_topic.send(key=late.stream_id.encode(), value=late.encode())
+            sends.append(partial(late_topic.send, key=late.stream_id.encode(),
+                                 value=late.encode()))
         for win in step.windows:
-            await aligned.send(key=win.stream_id.encode(), value=win.encode())
+            sends.append(partial(aligned.send, key=win.stream_id.encode(), value=win.encode()))
             m.windows.inc()
             m.stage.labels("align").observe(win.stages["align"])
             m.sync_latency.observe(win.stages["sync"])
@@ -51,8 +72,10 @@ def register(rt: Runtime) -> AlignRunner:
         for secs in step.e2e:
             m.e2e.observe(secs)
         for mod, outcome in step.outcomes:
-            if outcome != "dead_letter":  # counted by send_dead_letter
+            if outcome != "dead_letter":  # counted by rt.dead_letter_send
                 m.events.labels(mod, outcome).inc()
+        if sends:  # acked below only once the broker has them
+            await deliver(sends)
         for partition, offsets in step.acks.items():
             for off in offsets:
                 ev = events.pop((partition, off), None)
@@ -60,12 +83,37 @@ def register(rt: Runtime) -> AlignRunner:
                     ev.ack()
         m.open_records.set(runner.open_records())
 
+    async def restore(first_ms: int) -> None:
+        """Read back the outputs of every partition assigned and not restored yet."""
+        parts = sorted(to_restore)
+        to_restore.clear()
+        since = first_ms - int(s.restore_lookback_s * 1000)
+        try:
+            got = await read_outputs(s, parts, since)
+        except (KafkaError, OSError) as exc:
+            # Without the read-back a replayed window may come out again; better that
+            # than a stalled partition.
+            log.warning("features partitions %s: outputs not read back (%s); their replayed "
+                        "records are placed as new", parts, exc)
+            return
+        now = time.time()
+        n = sum(runner.restore(p, po.windows, po.late, now) for p, po in got.parts.items())
+        m.restore_seconds.observe(got.seconds)
+        m.restore_records.inc(got.records)
+        m.restore_partitions.inc(len(parts))
+        log.info("restored features partitions %s: %d streams from %d output records in "
+                 "%.3f s%s", parts, n, got.records, got.seconds,
+                 "" if got.complete else " (incomplete: the read timed out)")
+
     async def agent(stream: Any) -> None:
         async for event in stream.noack().events():
             msg = event.message
             events[(msg.partition, msg.offset)] = event
+            ts_ms = int(msg.timestamp * 1000) if msg.timestamp else 0
+            if msg.partition in to_restore:
+                await restore(ts_ms or int(time.time() * 1000))
             await publish(runner.on_record(msg.partition, msg.offset, msg.key, msg.value,
-                                           time.time()))
+                                           time.time(), ts_ms))
 
     async def idle_flush() -> None:
         await publish(runner.on_tick(time.time()))
@@ -78,13 +126,18 @@ def register(rt: Runtime) -> AlignRunner:
         # this worker cannot emit a window of a stream it no longer owns.
         gone = {tp.partition for tp in revoked if tp.topic == features}
         runner.revoke(gone)
+        to_restore.difference_update(gone)
         for key in [k for k in events if k[0] in gone]:
             del events[key]
         m.open_records.set(runner.open_records())
+
+    async def on_assigned(_app: Any, assigned: set[Any], **_: Any) -> None:
+        to_restore.update(tp.partition for tp in assigned if tp.topic == features)
 
     rt.app.agent(rt.topics["features"], name="mmsync.aligner")(agent)
     rt.app.timer(_TICK_S, name="mmsync.aligner.idle")(idle_flush)
     rt.app.timer(min(10.0, s.stream_ttl_s / 2), name="mmsync.aligner.evict")(evict)
     # Faust calls receivers as (sender, revoked, signal=...); its stub types only *args
     rt.app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+    rt.app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
     return runner

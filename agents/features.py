@@ -1,18 +1,28 @@
 """One feature agent per input topic (text, image, audio).
 
 The three differ only in their extractor, which lives in ``app/features``;
-one factory keeps the loop in one place instead of three near-copies.
+one factory keeps the loop in one place instead of three near-copies. Every
+``MMSYNC_MARK_INTERVAL_MS`` each agent also sends a progress mark (how far it
+got through its input partitions, ``app.features.progress``) to every features
+partition, after the feature records it covers: the aligner tells a slow
+modality from an idle one by it (``app.align.progress``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
+
+from aiokafka.errors import KafkaError
 
 from app.consumed import RawMsg
 from app.features.pipeline import FeaturePipeline
+from app.features.progress import InputProgress
+from app.runtime.delivery import Send, deliver
 from app.runtime.faust_app import Runtime
+from app.runtime.offsets import highwaters
 from schemas.dead_letter import DeadLetter
 
 __all__ = ["register"]
@@ -29,6 +39,13 @@ def register(rt: Runtime, modality: str) -> None:
     pipeline = FeaturePipeline(s, rt.feature_memo())
     features = rt.topics["features"]
     within = max(s.batch_wait_ms, 1) / 1000.0
+    progress = InputProgress(modality)
+    source = s.topic(modality)
+
+    def warm() -> None:
+        if modality == "image" and s.drill_image_load_s > 0:
+            time.sleep(s.drill_image_load_s)  # a fault drill: a slow model load
+        pipeline.warm(modality)
 
     async def agent(stream: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -36,7 +53,7 @@ def register(rt: Runtime, modality: str) -> None:
         # Load (and on first run export) the models before the first batch, in
         # the modality's thread: the event loop keeps heartbeating meanwhile.
         t0 = time.perf_counter()
-        await loop.run_in_executor(pool, pipeline.warm, modality)
+        await loop.run_in_executor(pool, warm)
         rt.metrics.stage.labels(f"load_{modality}").observe(time.perf_counter() - t0)
         m = rt.metrics
         stage = {name: m.stage.labels(name) for name in ("queue", "decode", "model", "cache")}
@@ -49,13 +66,44 @@ def register(rt: Runtime, modality: str) -> None:
             outs = await loop.run_in_executor(pool, pipeline.process, modality, msgs)
             m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
             level.set(pipeline.degrader.level)
+            sends: list[Send] = []
             for out in outs:
                 if isinstance(out, DeadLetter):
-                    await rt.send_dead_letter(out, modality)
+                    sends.append(rt.dead_letter_send(out, modality))
                 else:
                     for name, secs in out.stages.items():
                         stage[name].observe(secs)
-                    await features.send(key=out.stream_id.encode(), value=out.encode())
+                    sends.append(partial(features.send, key=out.stream_id.encode(),
+                                         value=out.encode()))
+            # the batch is acked (next iteration) only once the broker has its outputs
+            await deliver(sends)
+            for msg in msgs:
+                progress.processed(msg.partition, msg.offset)
+
+    async def send_marks() -> None:
+        consumer = rt.app.consumer
+        mine = [tp for tp in consumer.assignment() if tp.topic == source]
+        unknown = progress.assigned(tp.partition for tp in mine)
+        if unknown:
+            # where consumption of a newly assigned partition starts: the group's committed
+            # offset, or the log start when there is none (auto_offset_reset=earliest)
+            try:
+                committed = await rt.offsets.committed(tp for tp in mine
+                                                       if tp.partition in unknown)
+                fresh = [tp for tp, off in committed.items() if off < 0]
+                earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
+            except (KafkaError, OSError):
+                committed, earliest = {}, {}  # behind until the broker answers
+            for tp, off in committed.items():
+                start = off if off >= 0 else earliest.get(tp)
+                if start is not None:
+                    progress.started(tp.partition, int(start))
+        ends = {tp.partition: end for tp, end in highwaters(mine, consumer.highwater).items()}
+        mark = progress.mark(ends, time.time_ns() // 1000)
+        if mark is not None:
+            value = mark.encode()
+            for q in range(s.partitions):
+                await features.send(key=None, value=value, partition=q)
 
     async def show_level() -> None:
         # Between batches too: an idle worker's level decays (app.features.degrade).
@@ -63,3 +111,4 @@ def register(rt: Runtime, modality: str) -> None:
 
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)
     rt.app.timer(1.0, name=f"mmsync.features.{modality}.level")(show_level)
+    rt.app.timer(s.mark_interval_ms / 1000, name=f"mmsync.features.{modality}.marks")(send_marks)

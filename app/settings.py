@@ -63,6 +63,19 @@ class Settings(BaseSettings):
         default=2000, ge=10, description="wall-clock ms after which a silent modality stops holding"
         " the watermark back",
     )
+    mark_interval_ms: int = Field(
+        default=500, ge=20, le=10_000, description="how often each feature agent sends a"
+        " progress mark (how far it got through its input) to the aligner, ms")
+    max_hold_ms: int = Field(
+        default=30_000, ge=0, description="longest a modality whose feature agent went silent"
+        " (no progress marks) holds a stream's windows back, ms; one that keeps saying it is"
+        " behind holds them until it catches up")
+    restore_lookback_s: float = Field(
+        default=120.0, ge=0, description="after a takeover the aligner reads mm.aligned and"
+        " mm.late back this far before the first replayed record, s (what was emitted)")
+    drill_image_load_s: float = Field(
+        default=0.0, ge=0, le=600, description="fault drill only: the image models take this"
+        " much longer to load, s; 0 outside drills and tests")
     max_skew_ms: int = Field(default=1000, ge=0, description="largest skew DTW may find, ms")
     skew_correction: bool = Field(
         default=True, description="estimate each stream's skew by DTW and correct for it")

@@ -1,7 +1,14 @@
-"""The internal feature record on ``mm.features`` (the project's own format, v1).
+"""The internal records on ``mm.features`` (the project's own format, v1).
 
-One record per input event that passed validation. ``feats`` holds plain
-values and arrays packed by :func:`schemas.codec.pack_array`.
+:class:`FeatureRecord`: one per input event that passed validation. ``feats``
+holds plain values and arrays packed by :func:`schemas.codec.pack_array`.
+
+:class:`ProgressMark` (``"type": "progress"``): how far a feature agent has
+got through its input partitions. Each agent sends one to every features
+partition every few hundred ms, after the feature records it covers (same
+producer, so a partition carries a mark only after those records). The aligner
+reads from it whether a silent modality is idle (its input is drained) or slow
+(records still wait in its input): slow is not idle.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from typing import Any
 from schemas.codec import decode_map, encode
 from schemas.errors import InvalidInputError
 
-__all__ = ["FEATURES_VERSION", "FeatureRecord"]
+__all__ = ["FEATURES_VERSION", "FeatureRecord", "ProgressMark", "decode_features"]
 
 FEATURES_VERSION = 1
 
@@ -55,7 +62,10 @@ class FeatureRecord:
 
     @classmethod
     def decode(cls, raw: bytes | None) -> FeatureRecord:
-        d = decode_map(raw)
+        return cls.from_map(decode_map(raw))
+
+    @classmethod
+    def from_map(cls, d: dict[str, Any]) -> FeatureRecord:
         if d.get("v") != FEATURES_VERSION:
             raise InvalidInputError("bad_version", f"feature record version {d.get('v')!r}")
         try:
@@ -75,3 +85,45 @@ class FeatureRecord:
             )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise InvalidInputError("schema", f"bad feature record: {exc!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressMark:
+    """One feature agent's progress through its input partitions of one modality."""
+
+    modality: str
+    #: input partition -> (next offset to process, end offset of the log as last fetched);
+    #: drained when the first is >= the second. End -1: not known yet (counts as behind).
+    parts: dict[int, tuple[int, int]]
+    #: wall-clock microseconds when it was made
+    at: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": FEATURES_VERSION, "type": "progress", "modality": self.modality,
+                "parts": [[p, n, e] for p, (n, e) in sorted(self.parts.items())], "at": self.at}
+
+    def encode(self) -> bytes:
+        return encode(self.to_dict())
+
+    def drained(self, partition: int) -> bool | None:
+        """Whether ``partition`` had nothing left to process; None if this agent does not
+        serve it."""
+        got = self.parts.get(partition)
+        if got is None:
+            return None
+        nxt, end = got
+        return end >= 0 and nxt >= end
+
+
+def decode_features(raw: bytes | None) -> FeatureRecord | ProgressMark:
+    """Either record of the features topic; ``InvalidInputError`` for anything else."""
+    d = decode_map(raw)
+    if d.get("type") != "progress":
+        return FeatureRecord.from_map(d)
+    if d.get("v") != FEATURES_VERSION:
+        raise InvalidInputError("bad_version", f"progress mark version {d.get('v')!r}")
+    try:
+        parts = {int(p): (int(n), int(e)) for p, n, e in d["parts"]}
+        return ProgressMark(modality=str(d["modality"]), parts=parts, at=int(d["at"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInputError("schema", f"bad progress mark: {exc!r}") from None

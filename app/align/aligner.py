@@ -12,12 +12,20 @@ the stream's watermark passes its end:
 where the margin is up to ``max_skew`` while a modality's skew is unsure.
 
 A modality is active while it has been heard from within ``idle_s`` of wall
-time; a modality never heard from holds the watermark for ``idle_s`` after the
-stream's first record (so a slow-to-start agent does not make its first
-records late); when every modality is idle, all open windows close. A record
-for a window that already closed is *late*; a record whose ``seq`` was seen
-is a *duplicate*. Every record ends in exactly one of: merged, late,
-duplicate (contract, "Accounting").
+time. A silent one (or one never heard from) keeps holding the watermark until
+it is *idle*, which the :class:`app.align.progress.ProgressView` decides: in a
+worker, when the input partition it arrives on has been processed to its end
+(progress marks: slow is not idle); without marks, ``idle_s`` of silence. When
+every modality is idle, all open windows close. A record for a window that
+already closed is *late*, except a *replayed* one (consumed again after a
+takeover, not in any emitted window): it joins the oldest window still open.
+A record whose ``seq`` was seen is a *duplicate*. Every record ends in exactly
+one of: merged, late, duplicate (contract, "Accounting").
+
+A window id stands for one set of inputs: a window, once emitted, is never
+emitted again (``closed_until`` only grows, and survives a stream's eviction
+in a small memory); after a takeover the runner restores it from the outputs
+(``restore``).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.align.grid import GridSpec, build_window
+from app.align.progress import IdleAfter, ProgressView
 from app.align.skew import SkewConfig, StreamSkew
 from app.lru import LRU
 from app.settings import MODALITIES, Settings
@@ -97,14 +106,25 @@ class StreamState:
     seqs: dict[str, LRU[int, bool]] = field(default_factory=dict)
     #: the last image scalars, held across window boundaries (sample-and-hold).
     hold: dict[str, float] = field(default_factory=dict)
+    #: input partition each modality arrives on (the newest record's)
+    inputs: dict[str, int] = field(default_factory=dict)
+    #: the features partition the stream arrives on, if the caller said
+    home: int | None = None
+
+
+#: Streams forgotten after their TTL whose emitted-until is still remembered, so a very
+#: late record cannot open an emitted window again (a few bytes each).
+_GONE_MEMORY = 65_536
 
 
 class Aligner:
     """Windows of many streams. Not thread-safe: one per aligner agent."""
 
-    def __init__(self, cfg: AlignerConfig) -> None:
+    def __init__(self, cfg: AlignerConfig, progress: ProgressView | None = None) -> None:
         self.cfg = cfg
+        self.progress: ProgressView = progress or IdleAfter(cfg.idle_s)
         self.streams: dict[str, StreamState] = {}
+        self._gone: LRU[str, int] = LRU(_GONE_MEMORY)
         #: streams with pending records: the only ones a poll needs to look at.
         self._open: set[str] = set()
         self._skew_cfg = SkewConfig(tick_us=cfg.tick_us, max_skew_us=cfg.max_skew_us,
@@ -144,10 +164,17 @@ class Aligner:
         if st is None:
             st = self.streams[stream_id] = StreamState(
                 first_seen=now, skew=StreamSkew(self._skew_cfg, self.cfg.modalities))
+            st.closed_until = self._gone.pop(stream_id) or -1
         return st
 
-    def add(self, rec: FeatureRecord, now: float) -> AddResult:
+    def add(self, rec: FeatureRecord, now: float, *, replay: bool = False,
+            home: int | None = None) -> AddResult:
+        """Place one record. ``replay``: consumed again after a takeover (it joins the
+        oldest open window if its own was emitted); ``home``: its features partition."""
         st = self._state(rec.stream_id, now)
+        if home is not None:
+            st.home = home
+        st.inputs[rec.modality] = rec.src_partition
         if rec.seq is not None:
             seen = st.seqs.get(rec.modality)
             if seen is None:
@@ -159,7 +186,7 @@ class Aligner:
         ts = max(0, self.corrected_ts(rec))
         start = ts // W * W
         st.heard[rec.modality] = now
-        if start + W <= st.closed_until:
+        if start + W <= st.closed_until and not replay:
             late = LateEvent(
                 stream_id=rec.stream_id, modality=rec.modality, ts=rec.ts, seq=rec.seq,
                 trace_id=rec.trace_id, window_start=start, window_end=start + W,
@@ -174,21 +201,33 @@ class Aligner:
         return AddResult("merged", window_start=start)
 
     # -- output ------------------------------------------------------------
+    def input_partition(self, st: StreamState, modality: str) -> int:
+        """The input partition ``modality`` arrives on for this stream: its own records',
+        else another modality's (inputs are co-partitioned by stream_id), else the
+        features partition (the same partitioner on the same key)."""
+        if modality in st.inputs:
+            return st.inputs[modality]
+        if st.inputs:
+            return next(iter(st.inputs.values()))
+        return st.home if st.home is not None else -1
+
     def watermark(self, st: StreamState, now: float) -> float:
         """Event time (us, reference clock) up to which the stream is complete."""
-        idle = self.cfg.idle_s
         marks: list[float] = []
         for m in self.cfg.modalities:
             heard = st.heard.get(m)
-            if heard is None:
-                if now - st.first_seen < idle:
-                    return -math.inf  # a modality may still be starting up
-                continue
+            active = heard is not None and now - heard < self.cfg.idle_s
+            if not active and self.progress.drained(
+                    m, self.input_partition(st, m), now,
+                    heard if heard is not None else st.first_seen):
+                continue  # idle: nothing more to come, it holds nothing
             newest = st.newest.get(m)
-            # heard only through late records: nothing of it is pending, it holds nothing
-            if newest is not None and now - heard < idle:
-                corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
-                marks.append(corrected - self.cfg.lateness_us)
+            if newest is None:
+                if heard is None:
+                    return -math.inf  # may still be starting up, or slow: hold everything
+                continue  # heard only through late records: nothing of it is pending
+            corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
+            marks.append(corrected - self.cfg.lateness_us)
         return min(marks) if marks else math.inf
 
     def offset_us_of(self, st: StreamState, modality: str) -> int:
@@ -241,14 +280,30 @@ class Aligner:
         """Forget streams with nothing pending and no record for ``stream_ttl_s``.
 
         What a forgotten stream loses: its seqs (a very late duplicate is merged
-        again), which windows were emitted (a very late record opens its window
-        again, under the same id) and its skew estimate.
+        again) and its skew estimate; how far its windows were emitted is kept
+        (``_GONE_MEMORY`` streams), so a very late record goes late instead of
+        opening an emitted window again.
         """
         ttl = self.cfg.stream_ttl_s
         gone = [sid for sid, st in self.streams.items() if not st.pending
                 and now - max(st.heard.values(), default=st.first_seen) > ttl]
+        for sid in gone:
+            self._gone.put(sid, self.streams[sid].closed_until)
         self.forget(gone)
         return gone
+
+    def restore(self, stream_id: str, closed_until: int, offsets_us: dict[str, int],
+                confidence: dict[str, float], now: float, home: int | None = None) -> None:
+        """What the outputs say of a stream this aligner takes over: windows up to
+        ``closed_until`` were emitted (never again), and the skew estimate then."""
+        st = self._state(stream_id, now)
+        st.closed_until = max(st.closed_until, closed_until)
+        if home is not None:
+            st.home = home
+        if self.cfg.correct_skew:
+            for m, off in offsets_us.items():
+                if m != self.cfg.reference:
+                    st.skew.seed(m, off, confidence.get(m, 0.0))
 
     def open_records(self) -> int:
         return sum(len(st.pending) for st in self.streams.values())

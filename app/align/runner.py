@@ -12,9 +12,19 @@ duplicate. And an offset is released for acking only once every earlier
 offset of its partition is done (:class:`app.align.acks.OrderedAcks`), since
 Faust commits the acked prefix and would skip held records otherwise.
 
-A record is known by its input (modality, input partition, input offset):
-the same input consumed twice while the first copy is still open (a feature
-agent that re-processed its input after a crash) is a duplicate.
+A record is known by its input (modality, input partition, input offset).
+The same input consumed twice is a duplicate: while the first copy is open,
+or once it was placed (per stream, modality and input partition, every offset
+up to the highest placed one was placed: a feature agent processes its input
+in order, so what it sends again after a crash repeats a prefix).
+
+Progress marks (``schemas.features.ProgressMark``) update the
+:class:`app.align.progress.MarkBoard` that tells a slow modality from an idle
+one. After a takeover, :meth:`AlignRunner.restore` loads what the outputs
+(``mm.aligned``, ``mm.late``) already hold for a features partition: replayed
+records found there are duplicates (acked, never emitted again), each stream's
+emitted-until and skew estimate come back, and the other replayed records
+join the oldest window still open instead of going late.
 """
 
 from __future__ import annotations
@@ -22,14 +32,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.align.acks import OrderedAcks
 from app.align.aligner import Aligner, AlignerConfig
+from app.align.progress import MarkBoard
 from app.consumed import RawMsg, dead_letter
 from app.errors import InvalidInputError
 from schemas.aligned import AlignedWindow, LateEvent
 from schemas.dead_letter import DeadLetter
-from schemas.features import FeatureRecord
+from schemas.features import FeatureRecord, ProgressMark, decode_features
 
 __all__ = ["AlignRunner", "Source", "Step", "source_of"]
 
@@ -64,8 +76,11 @@ class AlignRunner:
     """Feature records in (with their position), windows and acks out."""
 
     def __init__(self, cfg: AlignerConfig, topic: str,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.aligner = Aligner(cfg)
+                 clock: Callable[[], float] = time.time, *,
+                 marks: MarkBoard | None = None) -> None:
+        #: None: no progress marks (silence alone decides idleness, app.align.progress)
+        self.marks = marks
+        self.aligner = Aligner(cfg, marks)
         self.topic = topic
         self._clock = clock
         self._acks = OrderedAcks()
@@ -73,30 +88,49 @@ class AlignRunner:
         self._held: dict[Source, tuple[int, int]] = {}
         #: stream_id -> partition of the features topic it arrives on
         self._partition_of: dict[str, int] = {}
+        #: (stream, modality, input partition) -> highest input offset placed
+        self._placed: dict[tuple[str, str, int], int] = {}
+        #: features partition -> sources the outputs already hold (restore)
+        self._restored: dict[int, set[Source]] = {}
+        #: features partition -> wall ms of its restore: a record made before it is a replay
+        self._replay_before_ms: dict[int, int] = {}
 
     # -- input -------------------------------------------------------------
     def on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                  now: float) -> Step:
-        """One consumed feature record, ``now`` the wall-clock time it arrived (s)."""
+                  now: float, timestamp_ms: int = 0) -> Step:
+        """One consumed record of the features topic, ``now`` the wall-clock time it
+        arrived (s), ``timestamp_ms`` its Kafka timestamp (when it was made)."""
         step = Step()
         self._acks.hold(partition, offset)
         try:
-            rec = FeatureRecord.decode(value)
+            rec = decode_features(value)
         except InvalidInputError as exc:
             raw = RawMsg(topic=self.topic, partition=partition, offset=offset, key=key,
-                         value=value, timestamp_ms=0)
+                         value=value, timestamp_ms=timestamp_ms)
             step.dead.append(dead_letter(raw, exc.reason, exc.detail))
             step.outcomes.append(("features", "dead_letter"))
             step.release(partition, self._acks.done(partition, offset))
             return step
+        if isinstance(rec, ProgressMark):
+            if self.marks is not None:
+                self.marks.update(rec, now)
+            # what it lets close, the next tick closes (on_tick, every 50 ms)
+            step.release(partition, self._acks.done(partition, offset))
+            return step
         self._partition_of[rec.stream_id] = partition
         src = source_of(rec)
-        outcome = "duplicate" if src in self._held else None
-        if outcome is None:
-            res = self.aligner.add(rec, now)
+        placed = (rec.stream_id, rec.modality, rec.src_partition)
+        if (src in self._held or rec.src_offset <= self._placed.get(placed, -1)
+                or src in self._restored.get(partition, ())):
+            outcome = "duplicate"
+        else:
+            replay = 0 < timestamp_ms < self._replay_before_ms.get(partition, 0)
+            res = self.aligner.add(rec, now, replay=replay, home=partition)
             outcome = res.outcome
             if res.late is not None:
                 step.late.append(res.late)
+            if outcome != "duplicate":
+                self._placed[placed] = max(rec.src_offset, self._placed.get(placed, -1))
         step.outcomes.append((rec.modality, outcome))
         if outcome == "merged":
             self._held[src] = (partition, offset)
@@ -132,6 +166,34 @@ class AlignRunner:
                     step.release(where[0], self._acks.done(*where))
 
     # -- partitions and streams ----------------------------------------------
+    def restore(self, partition: int, windows: Iterable[dict[str, Any]],
+                late: Iterable[dict[str, Any]], now: float) -> int:
+        """Take over ``partition`` knowing what the outputs already hold for it: decoded
+        ``mm.aligned`` windows and ``mm.late`` events of that partition. Returns the
+        number of streams restored."""
+        sources = self._restored.setdefault(partition, set())
+        newest: dict[str, dict[str, Any]] = {}
+        until: dict[str, int] = {}
+        for w in windows:
+            sid = str(w["stream_id"])
+            sources.update((str(m), int(p), int(o)) for m, p, o in w.get("sources") or ())
+            until[sid] = max(until.get(sid, -1), int(w["window_end"]))
+            if sid not in newest or w["window_start"] > newest[sid]["window_start"]:
+                newest[sid] = w
+        for ev in late:
+            sid = str(ev["stream_id"])
+            p, o = ev["src"]
+            sources.add((str(ev["modality"]), int(p), int(o)))
+            until[sid] = max(until.get(sid, -1), int(ev["window"]["end"]))
+        for sid, end in until.items():
+            w = newest.get(sid, {})
+            offsets = {m: round(float(v) * 1000) for m, v in (w.get("offsets_ms") or {}).items()}
+            self.aligner.restore(sid, end, offsets, dict(w.get("confidence") or {}), now,
+                                 home=partition)
+            self._partition_of[sid] = partition
+        self._replay_before_ms[partition] = int(now * 1000)
+        return len(until)
+
     def revoke(self, partitions: Iterable[int]) -> list[str]:
         """Forget the streams of revoked features partitions and their held offsets: the
         new owner replays them (they were never acked). Returns the streams dropped."""
@@ -144,6 +206,12 @@ class AlignRunner:
             self._partition_of.pop(sid, None)
         self.aligner.forget(sids)
         self._acks.drop(gone)
+        dropped = set(sids)
+        for key in [k for k in self._placed if k[0] in dropped]:
+            del self._placed[key]
+        for p in gone:
+            self._restored.pop(p, None)
+            self._replay_before_ms.pop(p, None)
         return sids
 
     def evict_idle(self, now: float) -> list[str]:
@@ -151,6 +219,9 @@ class AlignRunner:
         gone = self.aligner.evict_idle(now)
         for sid in gone:
             self._partition_of.pop(sid, None)
+        dropped = set(gone)
+        for key in [k for k in self._placed if k[0] in dropped]:
+            del self._placed[key]
         return gone
 
     def open_records(self) -> int:

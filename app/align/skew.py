@@ -212,6 +212,13 @@ class StreamSkew:
                 -((est.spread_ticks / 1.5) ** 2))
             flt.add(t_hi, est.lag_ticks * cfg.tick_us, conf, cfg.tick_us)
 
+    def seed(self, modality: str, offset_us: int, confidence: float) -> None:
+        """Start from an estimate made before (a takeover restores the last window's);
+        the first estimates of this aligner replace it."""
+        flt = self.filters.get(modality)
+        if flt is not None and not flt.recent:
+            flt.offset_us, flt.confidence = float(offset_us), max(0.0, min(1.0, confidence))
+
     # -- output ------------------------------------------------------------
     def offset_us(self, modality: str) -> int:
         flt = self.filters.get(modality)

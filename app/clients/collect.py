@@ -27,6 +27,12 @@ class Outputs:
     replayed record that a fresh skew estimate put into another window than the
     first time is counted in the first (``duplicate_records``); a late event or
     dead letter seen again is dropped (``duplicate_other``).
+
+    It also checks the contract's window identity: a window published again under
+    the same ``id`` must carry the same inputs or more. Each re-emission that lost
+    inputs is listed in ``shrunk`` (id, the inputs it lost), and
+    :attr:`accounted_newest` counts what a consumer that keeps only the newest
+    window per id (a compacted topic, an upsert by id) still has.
     """
 
     windows: list[dict[str, Any]] = field(default_factory=list)
@@ -39,6 +45,12 @@ class Outputs:
     #: input record -> where it was counted ("merged" or "late")
     _placed: dict[tuple[Any, ...], str] = field(default_factory=dict)
     _merged: Counter[str] = field(default_factory=Counter)
+    #: window id -> the inputs of its newest emission
+    _newest: dict[str, frozenset[tuple[Any, ...]]] = field(default_factory=dict)
+    #: (window id, inputs lost) for every re-emission with fewer inputs
+    shrunk: list[tuple[str, frozenset[tuple[Any, ...]]]] = field(default_factory=list)
+    #: window id -> how often it was published
+    emissions: Counter[str] = field(default_factory=Counter)
 
     def merged(self, modality: str | None = None) -> int:
         return self._merged[modality] if modality else sum(self._merged.values())
@@ -46,6 +58,21 @@ class Outputs:
     @property
     def accounted(self) -> int:
         return len(self._placed) + len(self.dlq)
+
+    @property
+    def accounted_newest(self) -> int:
+        """Inputs accounted for from the newest emission of each window id, the late
+        events and the dead letters: what a consumer keeping one window per id sees."""
+        inputs: set[tuple[Any, ...]] = set()
+        for srcs in self._newest.values():
+            inputs.update(srcs)
+        inputs.update(rec for rec, where in self._placed.items() if where == "late")
+        return len(inputs) + len(self.dlq)
+
+    @property
+    def late_inputs(self) -> int:
+        """Inputs whose one place is ``mm.late`` (not merged in any window)."""
+        return sum(1 for where in self._placed.values() if where == "late")
 
     def add(self, kind: str, value: dict[str, Any]) -> None:
         if kind == "aligned":
@@ -70,6 +97,12 @@ class Outputs:
     def _add_window(self, w: dict[str, Any]) -> None:
         wid = w.get("id") or window_id(w["stream_id"], w["window_start"])
         sources = [tuple(x) for x in w.get("sources") or ()]
+        self.emissions[wid] += 1
+        now = frozenset(sources)
+        before = self._newest.get(wid)
+        if before is not None and not now >= before:
+            self.shrunk.append((wid, before - now))
+        self._newest[wid] = now
         ident = ("window", wid, tuple(sorted(sources)))
         if ident in self._ids:
             self.duplicate_windows += 1

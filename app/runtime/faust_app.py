@@ -10,14 +10,16 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import faust
 
 from app.cache.features import FeatureMemo
 from app.kafka.clients import CONTRACT_TOPICS, MAX_REQUEST_BYTES
-from app.runtime.lag import LagReporter
+from app.runtime.delivery import Send
 from app.runtime.metrics import Metrics
+from app.runtime.offsets import GroupOffsets, LagReporter
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 
@@ -50,6 +52,8 @@ class Runtime:
     app: faust.App
     topics: dict[str, faust.TopicT]
     metrics: Metrics
+    #: the worker group's committed offsets (consumer lag, progress marks)
+    offsets: GroupOffsets
     #: one thread per modality keeps each modality's batches in order while
     #: keeping decoding and inference off the event loop.
     pools: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
@@ -65,12 +69,13 @@ class Runtime:
             self._memo = FeatureMemo(open_worker_cache(s, self.metrics))
         return self._memo
 
-    async def send_dead_letter(self, dl: DeadLetter, modality: str) -> None:
-        """Count it and send it to the dead-letter topic, its reason also as a header."""
+    def dead_letter_send(self, dl: DeadLetter, modality: str) -> Send:
+        """Count it; the send of it to the dead-letter topic, its reason also as a header
+        (for :func:`app.runtime.delivery.deliver`)."""
         self.metrics.dlq.labels(dl.error).inc()
         self.metrics.events.labels(modality, "dead_letter").inc()
-        await self.topics["dlq"].send(key=dl.key, value=dl.encode(),
-                                      headers={"error": dl.error.encode()})
+        return partial(self.topics["dlq"].send, key=dl.key, value=dl.encode(),
+                       headers={"error": dl.error.encode()})
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         if name not in self.pools:
@@ -119,7 +124,8 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
     app = _App(**conf, embedded=s.broker_embedded)
     topics = {name: app.topic(s.topic(name), key_type=bytes, value_type=bytes,
                               partitions=s.partitions) for name in CONTRACT_TOPICS}
-    rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics or Metrics())
+    rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics or Metrics(),
+                 offsets=GroupOffsets(s, app.conf.id))
 
     @app.task(on_leader=False)
     async def _declare_topics() -> None:
@@ -128,7 +134,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         for t in topics.values():
             await t.maybe_declare()
 
-    lag = LagReporter(s, app.conf.id, rt.metrics)
+    lag = LagReporter(rt.offsets, rt.metrics)
 
     @app.timer(5.0, on_leader=False, name="mmsync.lag")
     async def _lag() -> None:

@@ -80,6 +80,14 @@ class Metrics:
         self.gpu_memory = Gauge("mmsync_gpu_memory_bytes",
                                 "GPU memory this process holds (nvidia-smi), on CUDA only",
                                 registry=r)
+        self.restore_seconds = Histogram(
+            "mmsync_restore_seconds", "Reading back mm.aligned and mm.late after a rebalance"
+            " (all partitions it assigned at once)", buckets=_STAGE_BUCKETS, registry=r)
+        self.restore_records = Counter("mmsync_restore_records_total",
+                                       "Output records read back after takeovers", registry=r)
+        self.restore_partitions = Counter("mmsync_restore_partitions_total",
+                                          "Features partitions whose outputs were read back",
+                                          registry=r)
         self.open_records = Gauge("mmsync_open_records", "Records held in open windows",
                                   registry=r)
         self._create_known_series()

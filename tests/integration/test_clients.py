@@ -18,14 +18,14 @@ import sys
 import zlib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import simplejpeg
-from aiokafka.partitioner import murmur2
 
 from app.clients.collect import collect
-from app.kafka.clients import create_topics
+from app.kafka.clients import consume, create_topics, default_partition
 from app.settings import MODALITIES
 
 pytestmark = [
@@ -45,9 +45,9 @@ def _crc32_partition(key: str, n: int) -> int:
     return zlib.crc32(key.encode()) % n
 
 
-def _murmur2_partition(key: str, n: int) -> int:
+def _murmur2(key: str, n: int) -> int:
     """aiokafka's and Faust's default (Java client compatible)."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % n
+    return default_partition(key.encode(), n)
 
 
 def _jpegs(tmp: Path, n: int) -> list[Path]:
@@ -76,21 +76,17 @@ def _run(script: str, *args: str) -> Counter[tuple[str, int]]:
 
 async def _features(s, total: int) -> list[tuple[bytes, int, str, int]]:
     """(key, partition, modality, input partition) of the feature records on ``mm.features``."""
-    from app.kafka.clients import make_consumer
-    from schemas.features import FeatureRecord
+    from schemas.features import FeatureRecord, decode_features
 
-    consumer = make_consumer(s, s.topic("features"))
     out: list[tuple[bytes, int, str, int]] = []
-    await consumer.start()
-    try:
-        deadline = asyncio.get_running_loop().time() + 30
-        while len(out) < total and asyncio.get_running_loop().time() < deadline:
-            for tp, msgs in (await consumer.getmany(timeout_ms=200)).items():
-                for m in msgs:
-                    rec = FeatureRecord.decode(m.value)
-                    out.append((m.key, tp.partition, rec.modality, rec.src_partition))
-    finally:
-        await consumer.stop()
+
+    def handle(m: Any) -> None:
+        rec = decode_features(m.value)
+        if isinstance(rec, FeatureRecord):  # progress marks are not features
+            out.append((m.key, m.partition, rec.modality, rec.src_partition))
+
+    await consume(s, [s.topic("features")], handle, until=lambda: len(out) >= total,
+                  timeout_s=30)
     return out
 
 
@@ -111,12 +107,12 @@ async def test_confluent_and_aiokafka_producers_every_input_merged(pipeline, tmp
         assert {t for t, _ in sent} == {s.topic(m) for m in MODALITIES}
         assert {p for _, p in sent} == {_crc32_partition(sid, n)}, sent
         expected[sid] = sum(sent.values())
-    assert any(_crc32_partition(sid, n) != _murmur2_partition(sid, n) for sid in expected)
+    assert any(_crc32_partition(sid, n) != _murmur2(sid, n) for sid in expected)
 
     # 2. The aiokafka example, as docs/clients.md runs it: captions only.
     sent = _run("produce_aiokafka.py", s.bootstrap, "chat-1", "hello", "你好", "再见",
                 "--prefix", s.topic_prefix)
-    assert set(sent) == {(s.topic("text"), _murmur2_partition("chat-1", n))}
+    assert set(sent) == {(s.topic("text"), _murmur2("chat-1", n))}
     expected["chat-1"] = sum(sent.values())
 
     # 3. One stream from both clients: frames through aiokafka, audio and captions
@@ -128,7 +124,7 @@ async def test_confluent_and_aiokafka_producers_every_input_merged(pipeline, tmp
     finally:
         sys.path.remove(str(EXAMPLES))
     sid = "mix-0"
-    assert _crc32_partition(sid, n) != _murmur2_partition(sid, n)
+    assert _crc32_partition(sid, n) != _murmur2(sid, n)
     events = list(ck.demo_events(shots, start_us=2_000_000_000))
     frames = [e for e in events if e[0] == "image"]
     rest = [e for e in events if e[0] != "image"]
@@ -136,7 +132,7 @@ async def test_confluent_and_aiokafka_producers_every_input_merged(pipeline, tmp
     by_aiokafka = await ak.publish(s.bootstrap, sid, frames, s.topic_prefix)
     assert set(by_confluent) == {(s.topic(m), _crc32_partition(sid, n)) for m in ("audio",
                                                                                   "text")}
-    assert set(by_aiokafka) == {(s.topic("image"), _murmur2_partition(sid, n))}
+    assert set(by_aiokafka) == {(s.topic("image"), _murmur2(sid, n))}
     expected[sid] = sum(by_confluent.values()) + sum(by_aiokafka.values())
 
     total = sum(expected.values())
@@ -154,10 +150,10 @@ async def test_confluent_and_aiokafka_producers_every_input_merged(pipeline, tmp
     # stream_id and lands on that key's murmur2 partition, whatever its input's partition.
     feats = await _features(s, total)
     assert len(feats) == total
-    assert all(p == _murmur2_partition(key.decode(), n) for key, p, _, _ in feats)
+    assert all(p == _murmur2(key.decode(), n) for key, p, _, _ in feats)
     assert {(m, p) for k, _, m, p in feats if k == sid.encode()} == {
-        ("image", _murmur2_partition(sid, n)), ("audio", _crc32_partition(sid, n)),
+        ("image", _murmur2(sid, n)), ("audio", _crc32_partition(sid, n)),
         ("text", _crc32_partition(sid, n))}
     print(f"\nclients: {total} inputs in {len(expected)} streams, all merged once: "
-          f"{dict(expected)}; {sid}: image on partition {_murmur2_partition(sid, n)}, "
+          f"{dict(expected)}; {sid}: image on partition {_murmur2(sid, n)}, "
           f"audio and text on {_crc32_partition(sid, n)}")

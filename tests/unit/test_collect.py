@@ -45,3 +45,17 @@ def test_window_without_sources_trusts_its_counts():
     del w["sources"]
     o.add("aligned", w)
     assert o.merged() == 3 and o.merged("image") == 2 and o.accounted == 0
+
+
+def test_a_window_published_again_with_fewer_inputs_is_caught():
+    o = Outputs()
+    o.add("aligned", win("s", 0, ("image", 0, 1), ("audio", 0, 2)))
+    o.add("aligned", win("s", 0, ("image", 0, 1), ("audio", 0, 2), ("text", 0, 3)))  # more: ok
+    assert o.shrunk == [] and o.accounted_newest == 3
+    o.add("aligned", win("s", 0, ("image", 0, 1)))  # the tail of a replay: fewer
+    assert o.shrunk == [("s@0", frozenset({("audio", 0, 2), ("text", 0, 3)}))]
+    assert o.emissions["s@0"] == 3
+    # every input was seen once, but a consumer keeping the newest per id lost two
+    assert o.accounted == 3 and o.accounted_newest == 1
+    o.add("late", late("s", "text", 0, 9))
+    assert o.late_inputs == 1 and o.accounted_newest == 2

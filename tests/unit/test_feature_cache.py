@@ -10,6 +10,7 @@ from app.cache.features import FeatureMemo, open_worker_cache
 from app.features.pipeline import FeaturePipeline
 from app.runtime.faust_app import Runtime
 from app.runtime.metrics import Metrics
+from app.runtime.offsets import GroupOffsets
 from app.settings import Settings
 from schemas.codec import unpack_array
 from schemas.events import TextEvent
@@ -140,11 +141,13 @@ def test_light_profile_and_switch_off_use_no_cache(tmp_path):
     assert FeaturePipeline(s, memo).cache is None
     memo.close()
     for kw in ({"models": "light"}, {"cache": False}):
-        rt = Runtime(settings=Settings(data_dir=tmp_path / "e", **kw), app=None, topics={},
-                     metrics=Metrics())
+        se = Settings(data_dir=tmp_path / "e", **kw)
+        rt = Runtime(settings=se, app=None, topics={}, metrics=Metrics(),
+                     offsets=GroupOffsets(se, "g"))
         assert rt.feature_memo() is None
-    rt = Runtime(settings=Settings(data_dir=tmp_path / "e"), app=None, topics={},
-                 metrics=Metrics())
+    se = Settings(data_dir=tmp_path / "e")
+    rt = Runtime(settings=se, app=None, topics={}, metrics=Metrics(),
+                 offsets=GroupOffsets(se, "g"))
     memo = rt.feature_memo()
     assert memo is not None and rt.feature_memo() is memo  # one per worker
     memo.close()

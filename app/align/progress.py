@@ -1,0 +1,90 @@
+"""Whether a silent modality is idle or only slow (pure).
+
+The watermark waits for every modality that may still deliver records. A
+modality heard from recently is active and holds it anyway; the question is
+what a *silent* one means. Wall-clock silence alone cannot tell "nothing more
+to come" from "the feature agent is busy" (models loading on a new worker, a
+backlog of frames behind the image models, a takeover after a crash): taking
+the second for the first closes windows early and turns seconds of frames
+into late records.
+
+So idleness comes from the input, as stream processors treat source
+idleness: a modality is idle for a stream when the input partition it arrives
+on has been processed to its end. The feature agents say how far they got in
+:class:`schemas.features.ProgressMark` records on the features topic;
+:class:`MarkBoard` keeps the newest per (modality, input partition).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from schemas.features import ProgressMark
+
+__all__ = ["IdleAfter", "MarkBoard", "ProgressView"]
+
+
+class ProgressView(Protocol):
+    def drained(self, modality: str, partition: int, now: float, since: float) -> bool:
+        """Whether ``modality``'s input ``partition`` has nothing left to give at ``now``
+        (wall s). ``since``: when the modality was last heard from for the stream asking,
+        or when the stream was first seen if never."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdleAfter:
+    """Silence alone (no progress marks): idle ``idle_s`` after the last record, or after
+    the stream's first record for a modality never heard. What a worker did before
+    progress marks; the pure aligner's default (tests, offline replays)."""
+
+    idle_s: float
+
+    def drained(self, modality: str, partition: int, now: float, since: float) -> bool:
+        return now - since >= self.idle_s
+
+
+@dataclass(slots=True)
+class _Seen:
+    next_offset: int
+    end: int
+    #: wall time the aligner read it, s (not the sender's clock: a replayed mark is read
+    #: again after a takeover, in order with the records it follows)
+    received: float
+    #: wall time ``next_offset`` last changed, s
+    moved: float
+
+
+class MarkBoard:
+    """The newest progress mark per (modality, input partition).
+
+    A modality's input is *drained* when its newest mark says everything up to the end
+    of the log was processed, and that mark is fresh (read within ``ttl_s``: agents send
+    one every few hundred ms, so an older one means the agent stopped). Otherwise it holds
+    the watermark, for at most ``max_hold_s`` without progress: since the last mark was
+    read when marks stopped, since ``since`` when there never was one, since the agent's
+    position last moved when it keeps saying it is behind (a wedged agent). Past that it
+    is taken to be gone and the stream's windows close without it (its records, if they
+    ever come, are late). A slow agent moves, so it holds as long as it is behind.
+    """
+
+    def __init__(self, ttl_s: float, max_hold_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.max_hold_s = max_hold_s
+        self._seen: dict[tuple[str, int], _Seen] = {}
+
+    def update(self, mark: ProgressMark, now: float) -> None:
+        for p, (nxt, end) in mark.parts.items():
+            old = self._seen.get((mark.modality, p))
+            moved = old.moved if old is not None and old.next_offset == nxt else now
+            self._seen[(mark.modality, p)] = _Seen(nxt, end, now, moved)
+
+    def drained(self, modality: str, partition: int, now: float, since: float) -> bool:
+        seen = self._seen.get((modality, partition))
+        if seen is None:
+            return now - since >= self.max_hold_s
+        if now - seen.received > self.ttl_s:  # the agent stopped sending
+            return now - seen.received >= self.max_hold_s
+        if seen.end >= 0 and seen.next_offset >= seen.end:
+            return True
+        return now - seen.moved >= self.max_hold_s  # behind: holds while it moves

@@ -1,0 +1,187 @@
+"""Faults under a live load: what each one costs the consumers (issue 15).
+
+Each test publishes streams at real-time pace (25 fps frames, 100 ms audio
+chunks, captions) while reading the outputs, injects one fault, and checks
+the goals: late inputs at most 0.5% (the generator sends nothing late), no
+window id ever re-emitted with fewer inputs, every input accounted for even
+by a consumer that keeps only the newest window per id, and every stream's
+output back within the broker session timeout plus 10 s. Figures are printed
+(``pytest -s``), with what the takeovers' read-back of the outputs cost.
+
+Tansu's consumer groups (docs/broker.md): a clean leave (SIGTERM) rebalances
+at once, a SIGKILLed member is noticed after the session timeout (6 s here),
+then the group rebalances eagerly (every member gives up its partitions and
+gets a new share, so every worker restores every partition it is given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from app.kafka.clients import create_topics
+from app.runtime.process import stop_process
+from tests.integration.faults import LiveRun, all_emitting, metric, specs, stream_ids
+
+pytestmark = pytest.mark.integration
+
+#: broker_session_timeout in app/runtime/faust_app.py, s
+SESSION_S = 6.0
+#: the goal (issue 15): every stream's output back within this after a fault, s; printed
+#: beside each figure. The assertion allows twice the margin: these tests share two cores
+#: with the rest of the suite, and a slow second must not fail them (docs/benchmarks.md
+#: has the figures of quiet runs)
+RESUME_GOAL_S = SESSION_S + 10.0
+RESUME_MAX_S = SESSION_S + 20.0
+
+
+def _restores(pipeline: Any, procs: list[subprocess.Popen[bytes]]) -> str:
+    n = sum(metric(pipeline, p, "mmsync_restore_seconds_count") for p in procs)
+    secs = sum(metric(pipeline, p, "mmsync_restore_seconds_sum") for p in procs)
+    recs = sum(metric(pipeline, p, "mmsync_restore_records_total") for p in procs)
+    parts = sum(metric(pipeline, p, "mmsync_restore_partitions_total") for p in procs)
+    if not n:
+        return "no read-back by the workers still up"
+    return (f"takeover read-back by the workers still up: {n:.0f} rebalances, {parts:.0f} "
+            f"partitions; per rebalance {secs / n * 1000:.0f} ms, {recs / n:.0f} output "
+            f"records ({secs / parts * 1000:.0f} ms per partition)")
+
+
+def _resumed(resume: float, fault: str) -> str:
+    return f"every stream out again {resume:.1f} s after {fault} (goal {RESUME_GOAL_S:.0f} s)"
+
+
+async def _kill(proc: subprocess.Popen[bytes]) -> float:
+    await asyncio.to_thread(stop_process, proc, signal.SIGKILL)
+    return time.monotonic()
+
+
+async def test_sigkill_of_the_only_worker(pipeline):
+    """The issue's case: one worker (real models) SIGKILLed 10 s in, a fresh one 2 s later."""
+    s = pipeline.settings  # 4 partitions
+    await create_topics(s)
+    first = pipeline.start_worker()
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:3], seconds=24))
+    run.start()
+    try:
+        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 90, "first windows")
+        await run.at_media(10)
+        t_kill = await _kill(first)
+        await asyncio.sleep(2)
+        second = pipeline.start_worker()
+        await run.wait_for(lambda: run.all_streams_out_since(t_kill), 90, "the new worker")
+        resume = run.resume_s(t_kill)
+        await run.finish()
+    finally:
+        await run.cancel()
+    run.check("SIGKILL of the only worker, a new one 2 s later",
+              figures=(_resumed(resume, "the kill"),
+                       _restores(pipeline, [second])))
+    assert resume <= RESUME_MAX_S
+
+
+async def test_sigkill_of_one_of_two_workers(pipeline):
+    s = pipeline.settings
+    await create_topics(s)
+    workers = [pipeline.start_worker(MMSYNC_MODELS="light") for _ in range(2)]
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions), seconds=30))
+    run.start()
+    try:
+        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 90, "first windows")
+        await all_emitting(pipeline, workers, 60)
+        t_kill = await _kill(workers[0])
+        await run.wait_for(lambda: run.all_streams_out_since(t_kill), 60, "takeover")
+        resume = run.resume_s(t_kill)
+        await run.finish()
+    finally:
+        await run.cancel()
+    assert workers[1].poll() is None
+    run.check("two workers on 4 partitions, SIGKILL one",
+              figures=(_resumed(resume, "the kill"),
+                       _restores(pipeline, workers[1:])))
+    assert resume <= RESUME_MAX_S
+
+
+async def _eight_partitions(pipeline: Any) -> Any:
+    pipeline.env["MMSYNC_PARTITIONS"] = "8"
+    s = pipeline.settings = pipeline.settings.model_copy(update={"partitions": 8})
+    await create_topics(s)
+    return s
+
+
+async def test_sigkill_of_one_of_three_workers(pipeline):
+    s = await _eight_partitions(pipeline)
+    workers = [pipeline.start_worker(MMSYNC_MODELS="light") for _ in range(3)]
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:6], seconds=36))
+    run.start()
+    try:
+        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
+        await all_emitting(pipeline, workers, 90)
+        t_kill = await _kill(workers[1])
+        await run.wait_for(lambda: run.all_streams_out_since(t_kill), 60, "takeover")
+        resume = run.resume_s(t_kill)
+        await run.finish()
+    finally:
+        await run.cancel()
+    survivors = [workers[0], workers[2]]
+    assert all(w.poll() is None for w in survivors)
+    run.check("three workers on 8 partitions, SIGKILL one",
+              figures=(_resumed(resume, "the kill"),
+                       _restores(pipeline, survivors)))
+    assert resume <= RESUME_MAX_S
+
+
+async def test_a_worker_joins_and_one_leaves_under_load(pipeline):
+    s = await _eight_partitions(pipeline)
+    workers = [pipeline.start_worker(MMSYNC_MODELS="light") for _ in range(3)]
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:6], seconds=50))
+    run.start()
+    try:
+        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
+        await all_emitting(pipeline, workers, 90)
+        t_join = time.monotonic()
+        joiner = pipeline.start_worker(MMSYNC_MODELS="light")
+        await run.wait_for(lambda: metric(pipeline, joiner, "mmsync_windows_total") > 0, 90,
+                           "the joiner emitting")
+        joined = time.monotonic() - t_join
+        await run.wait_for(lambda: run.all_streams_out_since(t_join + joined), 60,
+                           "steady after the join")
+        await all_emitting(pipeline, [*workers, joiner], 60)
+        t_leave = time.monotonic()
+        await asyncio.to_thread(stop_process, workers[0], signal.SIGTERM)
+        await run.wait_for(lambda: run.all_streams_out_since(t_leave), 60, "after the leave")
+        resume = run.resume_s(t_leave)
+        await run.finish()
+    finally:
+        await run.cancel()
+    survivors = [*workers[1:], joiner]
+    assert all(w.poll() is None for w in survivors)
+    run.check("three workers on 8 partitions, a fourth joins, one leaves (SIGTERM)",
+              figures=(f"the joiner's first window {joined:.1f} s after its start",
+                       _resumed(resume, "the leave"),
+                       _restores(pipeline, survivors)))
+    assert resume <= RESUME_MAX_S
+
+
+async def test_image_models_slow_to_load(pipeline):
+    """Slow is not idle: while the image models load (10 s), audio and captions must not
+    close the windows without their frames."""
+    s = pipeline.settings
+    await create_topics(s)
+    worker = pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_DRILL_IMAGE_LOAD_S="10")
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:3], seconds=24))
+    run.start()
+    try:
+        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
+        first = time.monotonic() - run.t0
+        await run.finish()
+    finally:
+        await run.cancel()
+    assert worker.poll() is None
+    run.check("one worker whose image models take 10 s to load, publishing from its start",
+              figures=(f"first window of every stream {first:.1f} s after publishing began",))

@@ -1,0 +1,159 @@
+"""Slow is not idle: progress marks, the board that reads them, and takeover restore."""
+
+from __future__ import annotations
+
+from app.align.aligner import AlignerConfig
+from app.align.progress import IdleAfter, MarkBoard
+from app.align.runner import AlignRunner
+from app.features.progress import InputProgress
+from schemas.aligned import AlignedWindow
+from schemas.features import FeatureRecord, ProgressMark, decode_features
+
+CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_hz=20.0,
+                    correct_skew=False)
+
+
+def mark(modality: str, part: int, nxt: int, end: int) -> ProgressMark:
+    return ProgressMark(modality=modality, parts={part: (nxt, end)}, at=0)
+
+
+def feat(modality: str, ts: int, src_offset: int, sid: str = "s", part: int = 0) -> bytes:
+    return FeatureRecord(stream_id=sid, modality=modality, ts=ts, dur=0, seq=None,
+                         trace_id=None, kafka_ts_ms=0, src_partition=part,
+                         src_offset=src_offset, feats={"luma": 0.5, "change": 0.1}).encode()
+
+
+def test_mark_round_trip_and_drained():
+    m = ProgressMark(modality="image", parts={0: (10, 10), 3: (4, 9), 5: (-1, -1)}, at=7)
+    back = decode_features(m.encode())
+    assert back == m
+    assert m.drained(0) is True and m.drained(3) is False and m.drained(5) is False
+    assert m.drained(1) is None
+
+
+def test_board_trusts_only_fresh_drained_marks_and_gives_up_on_silence():
+    b = MarkBoard(ttl_s=2.0, max_hold_s=30.0)
+    assert not b.drained("image", 0, now=10.0, since=0.0)  # never heard of: hold ...
+    assert b.drained("image", 0, now=31.0, since=0.0)  # ... but not for ever
+    b.update(mark("image", 0, 5, 9), now=10.0)
+    assert not b.drained("image", 0, now=10.5, since=0.0)  # behind: hold
+    assert not b.drained("image", 0, now=39.0, since=0.0)  # the agent went silent ...
+    assert b.drained("image", 0, now=40.5, since=0.0)  # ... for max_hold: give up
+    b.update(mark("image", 0, 9, 9), now=41.0)
+    assert b.drained("image", 0, now=42.0, since=0.0)  # drained and fresh
+    assert not b.drained("image", 0, now=43.5, since=0.0)  # drained but stale: hold
+    assert IdleAfter(2.0).drained("text", 0, now=3.0, since=1.5) is False
+
+
+def test_board_holds_for_a_slow_agent_but_not_a_wedged_one():
+    b = MarkBoard(ttl_s=2.0, max_hold_s=30.0)
+    for k in range(80):  # 40 s of marks, behind all along, moving every 0.5 s
+        b.update(mark("image", 0, k, 1000), now=k / 2)
+    assert not b.drained("image", 0, now=40.0, since=0.0)
+    for k in range(80, 150):  # stuck at the same offset for 35 s, still sending
+        b.update(mark("image", 0, 80, 1000), now=k / 2)
+        if k / 2 - 40.0 < 30.0:
+            assert not b.drained("image", 0, now=k / 2, since=0.0)
+    assert b.drained("image", 0, now=74.6, since=0.0)
+
+
+def test_input_progress_reports_behind_until_it_knows_where_it_starts():
+    p = InputProgress("audio")
+    assert p.mark({}, 1) is None  # nothing assigned
+    assert p.assigned([0, 1]) == [0, 1]
+    assert p.mark({0: 10, 1: 0}, 1) == ProgressMark("audio", {0: (-1, -1), 1: (-1, -1)}, 1)
+    p.started(0, 4)
+    p.started(1, 0)
+    p.processed(0, 4)
+    mk = p.mark({0: 10, 1: 0}, 2)
+    assert mk is not None and mk.parts == {0: (5, 10), 1: (0, 0)}
+    assert mk.drained(1) and not mk.drained(0)
+    p.processed(0, 9)
+    assert p.assigned([0]) == []  # 1 revoked; 0 keeps its position
+    assert p.mark({0: 10}, 3) == ProgressMark("audio", {0: (10, 10)}, 3)
+    # the log now ends before what was processed: it was recreated, start again
+    assert p.mark({0: 4}, 4) == ProgressMark("audio", {0: (-1, -1)}, 4)
+    assert p.assigned([0]) == [0]
+
+
+def test_a_slow_modality_holds_windows_until_its_input_is_drained():
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
+    # audio and text run ahead; the image agent is loading its models (its input waits)
+    r.on_record(0, 0, None, mark("image", 0, 0, 25).encode(), 0.0)
+    r.on_record(0, 1, None, mark("text", 0, 0, 0).encode(), 0.0)
+    off = 2
+    for k in range(6):
+        r.on_record(0, off, b"s", feat("audio", k * 1_000_000, k), 0.0)
+        off += 1
+    # without marks, 2 s of image silence would close windows 0-4 with no frames
+    assert r.on_tick(3.0).windows == []
+    r.on_record(0, off, None, mark("image", 0, 0, 25).encode(), 3.0)
+    assert r.on_tick(5.0).windows == []  # still behind: still held
+    off += 1
+    r.on_record(0, off, None, mark("text", 0, 0, 0).encode(), 5.0)  # marks keep coming
+    got = []
+    for k in range(5):  # the models are up: the frames come
+        step = r.on_record(0, off + 1 + k, b"s", feat("image", k * 1_000_000 + 10, 100 + k), 5.1)
+        assert step.late == []
+        got += step.windows
+    assert [w.window_start for w in got] == [0, 1_000_000, 2_000_000]  # 4 s - lateness
+    assert all(w.counts["image"] == 1 and w.counts["audio"] == 1 for w in got)
+
+
+def test_a_drained_modality_never_heard_does_not_hold():
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
+    for i, m in enumerate(("text", "audio")):
+        r.on_record(0, i, None, mark(m, 0, 7, 7).encode(), 0.0)  # nothing in their inputs
+    got = [w.window_start for k in range(3)
+           for w in r.on_record(0, 2 + k, b"s", feat("image", k * 1_000_000, k), 0.0).windows]
+    assert got == [0]  # at once: the watermark is 2 s - 0.2 s, no idle wait
+
+
+def _window(sid: str, start: int, sources: list[tuple[str, int, int]]) -> dict:
+    w = AlignedWindow(stream_id=sid, window_start=start, window_end=start + 1_000_000,
+                      rate_hz=20.0, offsets_ms={"image": 0.0, "audio": 120.0, "text": 0.0},
+                      confidence={"image": 1.0, "audio": 0.9, "text": 0.0}, counts={},
+                      grid={}, moderation={}, trace_ids=[], emitted_at=0,
+                      sources=[list(s) for s in sources])
+    return AlignedWindow.decode(w.encode())
+
+
+def test_restore_from_outputs_never_emits_a_window_again():
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0)
+    # the previous owner emitted s@0 with image offsets 0-1, and sent audio 9 late
+    late = {"stream_id": "s", "modality": "audio", "src": [0, 9],
+            "window": {"id": "s@0", "start": 0, "end": 1_000_000}}
+    assert r.restore(0, [_window("s", 0, [("image", 0, 0), ("image", 0, 1)])], [late],
+                     now=100.0) == 1
+    assert r.aligner.offset_us("s", "audio") == 0  # correction is off in CFG
+    # replayed records (made before the restore): the emitted ones are duplicates ...
+    step = r.on_record(0, 0, b"s", feat("image", 100_000, 0), 100.1, timestamp_ms=99_000)
+    assert step.outcomes == [("image", "duplicate")] and step.acks == {0: [0]}
+    step = r.on_record(0, 1, b"s", feat("audio", 200_000, 9), 100.1, timestamp_ms=99_000)
+    assert step.outcomes == [("audio", "duplicate")] and step.late == []
+    # ... one the previous owner held open joins the oldest open window, not late
+    step = r.on_record(0, 2, b"s", feat("image", 900_000, 2), 100.1, timestamp_ms=99_000)
+    assert step.outcomes == [("image", "merged")] and step.late == []
+    # a record made after the takeover for an emitted window is late, as always
+    step = r.on_record(0, 3, b"s", feat("text", 500_000, 3), 100.2, timestamp_ms=100_200)
+    assert step.outcomes == [("text", "late")]
+    windows = r.on_tick(200.0).windows
+    assert [w.id for w in windows] == ["s@1000000"]  # s@0 is never emitted again
+    assert windows[0].sources == [["image", 0, 2]]
+
+
+def test_restore_seeds_the_skew_estimate():
+    r = AlignRunner(AlignerConfig(), "f", clock=lambda: 0.0)
+    r.restore(2, [_window("s", 0, [("image", 2, 0)])], [], now=1.0)
+    assert r.aligner.offset_us("s", "audio") == 120_000
+    assert r.aligner.confidence("s", "audio") == 0.9
+
+
+def test_feature_agent_replays_are_duplicates_after_the_window_went_out():
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0)
+    for k in range(3):
+        r.on_record(0, k, b"s", feat("image", k * 400_000, k), 0.0)
+    assert [w.id for w in r.on_tick(5.0).windows] == ["s@0"]  # all idle: flushed
+    # the feature agent re-processed its input from offset 1 after a crash
+    step = r.on_record(0, 3, b"s", feat("image", 400_000, 1), 5.1)
+    assert step.outcomes == [("image", "duplicate")] and step.late == []
