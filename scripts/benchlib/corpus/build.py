@@ -6,7 +6,7 @@ from scripts.benchlib.corpus.cases import Case
 from scripts.benchlib.corpus.clips import clip_stream
 from scripts.benchlib.corpus.synth import StreamData, synth_stream
 
-__all__ = ["build", "oracle_ranges"]
+__all__ = ["build"]
 
 
 def build(case: Case) -> list[StreamData]:
@@ -22,7 +22,3 @@ def build(case: Case) -> list[StreamData]:
         out.append(synth_stream(case.kind, p, case.seed + k, f"{case.name}-{k + 1}"))
     return out
 
-
-def oracle_ranges(style: str | None) -> tuple[float, float]:
-    """Where the oracle looks for the caption lag behind the sound, ms."""
-    return (-500.0, 2500.0) if style == "asr" else (-1000.0, 1000.0)

@@ -146,8 +146,12 @@ def xcorr_lag(ref: np.ndarray, sig: np.ndarray, max_lag_ms: float, min_lag_ms: f
 
 
 def oracle(events: Sequence[Event], start_us: int, seconds: float, *, max_lag_ms: float = 1000.0,
-           text_range_ms: tuple[float, float] = (-1000.0, 1000.0)) -> dict[str, float | None]:
-    """Whole-stream lags of audio and text behind the picture, ms (None: nothing to go on)."""
+           text_style: str | None = None) -> dict[str, float | None]:
+    """Whole-stream lags of audio and text behind the picture, ms (None: nothing to go on).
+
+    ``text_style`` "asr": captions are searched 0.5 to 2.5 s behind their speech and
+    blurred by 150 ms (each has its own delay), else within +-1 s, blurred by 40 ms.
+    """
     origin, n = start_us - _PRE_US, _grid_len(seconds)
     frames = [e for e in events if isinstance(e, FrameEvent)]
     chunks = [e for e in events if isinstance(e, AudioChunk)]
@@ -164,7 +168,7 @@ def oracle(events: Sequence[Event], start_us: int, seconds: float, *, max_lag_ms
         caps = np.zeros(n)
         for t in texts:
             _split(caps, t.ts, origin, 1.0)
-        rel = xcorr_lag(_smooth(speech_onsets(e), 4), _smooth(caps, 4), text_range_ms[1],
-                        text_range_ms[0])
+        lo, hi, blur = (-500.0, 2500.0, 15) if text_style == "asr" else (-1000.0, 1000.0, 4)
+        rel = xcorr_lag(_smooth(speech_onsets(e), blur), _smooth(caps, blur), hi, lo)
         out["text"] = None if rel is None or audio is None else rel + audio
     return out

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from app.align.aligner import AlignerConfig
-from scripts.benchlib.corpus.build import build, oracle_ranges
+from scripts.benchlib.corpus.build import build
 from scripts.benchlib.corpus.cases import Case
 from scripts.benchlib.corpus.oracle import oracle
 from scripts.benchlib.corpus.replay import Replay, replay
@@ -44,8 +44,7 @@ def run_case(case: Case, cfg: AlignerConfig | None = None, *, with_oracle: bool 
         tr = st.truth
         if with_oracle:
             style = tr.offsets["text"].style if "text" in tr.offsets else None
-            lags[tr.stream_id] = oracle(st.events, tr.start_us, tr.seconds,
-                                        text_range_ms=oracle_ranges(style))
+            lags[tr.stream_id] = oracle(st.events, tr.start_us, tr.seconds, text_style=style)
         wins = [(w.start_us, w.end_us, w.offsets_ms, w.confidence)
                 for w in rep.windows if w.stream_id == tr.stream_id]
         scored += score_windows(case, tr, wins, lags.get(tr.stream_id))

@@ -76,7 +76,8 @@ def _audio(c: Content, p: dict[str, Any], sid: str, rng: np.random.Generator, st
 
 def _captions(c: Content, p: dict[str, Any], rng: np.random.Generator) -> Offset | None:
     """The text offset: subtitles shift every cue by one amount and time their own durations;
-    ASR captions trail their speech by the base delay plus their own +-spread."""
+    ASR captions trail their speech by the base delay plus their own +-spread (the
+    truth is then their delays' median)."""
     style = p.get("captions", "none")
     if style == "none" or not c.phrases:
         return None
@@ -85,7 +86,9 @@ def _captions(c: Content, p: dict[str, Any], rng: np.random.Generator) -> Offset
     caps = tuple(Caption(speech_s=a, delay_ms=base + (rng.uniform(-spread, spread) if spread
                                                       else 0.0), text=txt)
                  for a, _, txt in c.phrases)
-    return Offset(skew_ms=base, style=style, captions=caps)
+    # ASR: the offset that fits the captions best in |error| is their delays' median
+    skew = float(np.median([cap.delay_ms for cap in caps])) if spread else base
+    return Offset(skew_ms=skew, style=style, captions=caps)
 
 
 def _text(c: Content, off: Offset, p: dict[str, Any], sid: str, rng: np.random.Generator,
@@ -119,8 +122,8 @@ def synth_stream(kind: str, p: dict[str, Any], seed: int, stream_id: str) -> Str
     order = {"image": 0, "audio": 1, "text": 2}
     events.sort(key=lambda e: (e.ts, order[e.modality]))
     offsets = {"audio": audio_off} | ({"text": text_off} if text_off else {})
-    info: dict[str, Any] = {k: p[k] for k in ("fps", "sr", "ch", "chunk_ms", "jitter_ms", "dropout", "captions")
-            if k in p}
+    keys = ("fps", "sr", "ch", "chunk_ms", "jitter_ms", "dropout", "captions")
+    info: dict[str, Any] = {k: p[k] for k in keys if k in p}
     truth = StreamTruth(stream_id=stream_id, start_us=start, seconds=c.seconds, offsets=offsets,
                         stretches=c.stretches, info={"kind": kind, **info})
     return StreamData(truth=truth, events=events)

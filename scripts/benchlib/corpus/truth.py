@@ -4,8 +4,8 @@ Media time is seconds from the stream's start on the reference (image) clock.
 A modality's true offset is its lag behind the reference in ms (positive: its
 timestamps are later for the same content, the sign of ``offsets_ms``):
 ``skew_ms + drift_ms_per_min * t / 60``. Captions that behave like ASR have
-each their own delay; their offset is the base delay (the centre the
-per-caption delays spread around), and each caption's delay is listed too.
+each their own delay; their offset is the median of those delays (the lag that fits
+them best in |error|), and each caption's delay is listed too.
 """
 
 from __future__ import annotations
