@@ -81,8 +81,8 @@ def log_energy(chunks: Sequence[AudioChunk], origin: int, n: int) -> np.ndarray:
         t = ev.ts + np.arange(len(x)) * 1e6 / ev.sr
         k = ((t - origin) // HOP_US).astype(np.int64)
         ok = (k >= 0) & (k < n)
-        np.add.at(energy, k[ok], x[ok] ** 2)
-        np.add.at(count, k[ok], 1)
+        energy += np.bincount(k[ok], weights=x[ok] ** 2, minlength=n)[:n]
+        count += np.bincount(k[ok], minlength=n)[:n]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, np.log10(energy / np.maximum(count, 1) + 1e-10), np.nan)
 
