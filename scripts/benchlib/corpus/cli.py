@@ -23,6 +23,9 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--plots", type=Path, help="write one PNG per kind into this directory")
     g.add_argument("--cases", action="store_true", help="also print one line per case")
     g.add_argument("--no-oracle", action="store_true", help="skip the oracle (faster)")
+    g.add_argument("--live-clips", action="store_true",
+                   help="the set's real clips (those replayed as they are) through `mmsync "
+                        "produce --video --realtime` and a real worker, scored the same way")
     g.add_argument("--max-skew-ms", type=int,
                    help="the aligner's max skew (default: the settings', MMSYNC_MAX_SKEW_MS)")
 
@@ -40,8 +43,25 @@ def corpus_main(args: argparse.Namespace) -> int:
         if args.cases:
             print(case_line(r), flush=True)
 
-    results = run_cases(cases, cfg, with_oracle=not args.no_oracle, on_case=progress)
-    print_report(results, args.set, cfg)
+    if args.live_clips:
+        from scripts.benchlib.corpus.live import live_clips
+
+        clips = [c for c in cases if c.kind == "clip" and not c.params.get("add_audio_ms")
+                 and not c.params.get("add_text_ms")]
+        print(f"publishing {len(clips)} clips at {args.speed:g}x real time: "
+              f"{', '.join(c.name for c in clips)}", flush=True)
+        results, sync = live_clips(clips, args.speed)
+        for r in results if args.cases else ():
+            print(case_line(r))
+        print_report(results, f"{args.set}, live through mmsync produce --video --realtime", cfg)
+        sync.sort()
+        if sync:
+            print(f"sync latency ms: p50 {sync[len(sync) // 2]:.1f}  "
+                  f"p99 {sync[min(len(sync) - 1, int(len(sync) * 0.99))]:.1f}  "
+                  f"max {sync[-1]:.1f} over {len(sync)} windows")
+    else:
+        results = run_cases(cases, cfg, with_oracle=not args.no_oracle, on_case=progress)
+        print_report(results, args.set, cfg)
     if args.plots:
         from scripts.benchlib.corpus.plots import plot_kinds  # matplotlib: a dev dependency
 
