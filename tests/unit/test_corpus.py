@@ -197,3 +197,22 @@ def test_a_real_clip_replays_offline_with_every_event_accounted():
     starts = sorted(w.start_us for w in rep.windows)
     assert starts[0] <= st.truth.start_us and starts[-1] >= st.truth.start_us + 38_000_000
     assert all({"audio", "text"} <= set(w.offsets_ms) for w in rep.windows)
+
+
+def test_demo_summary_shows_injected_against_the_last_windows_estimate():
+    from app.clients.demo import demo_specs, offsets_table
+
+    specs = demo_specs(20.0)
+    assert {sp.stream_id: sp.injected_ms("audio") for sp in specs} == {"shop-cam": 250.0,
+                                                                        "live-42": -150.0}
+    assert specs[1].injected_ms("text") == 200.0
+
+    def win(sid: str, start: int, audio: float, text: float) -> dict:
+        return {"stream_id": sid, "window_start": start, "offsets_ms": {"audio": audio,
+                "text": text}, "confidence": {"audio": 0.9, "text": 0.6}}
+
+    lines = offsets_table(specs, [win("shop-cam", 2, 240.0, 3.0), win("shop-cam", 1, 0.0, 0.0),
+                                  win("live-42", 5, -151.0, 180.0)])
+    rows = {tuple(x.split()[:2]): x.split()[2:] for x in lines[1:]}
+    assert rows[("shop-cam", "audio")] == ["+250", "+240", "10", "0.90"]  # the newest window
+    assert rows[("live-42", "text")] == ["+200", "+180", "20", "0.60"]

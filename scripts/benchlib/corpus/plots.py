@@ -29,8 +29,11 @@ def plot_kinds(results: Sequence[CaseResult], out_dir: Path, which: str) -> list
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for kind in sorted({r.case.kind for r in results}):
-        rows = [(r, s) for r in results if r.case.kind == kind
-                for s in r.scored if s.modality == "audio"][:_ROWS]
+        every = [(r, s) for r in results if r.case.kind == kind
+                 for s in r.scored if s.modality == "audio"]
+        # spread over the kind's cases (both sets when both ran), not just its first ones
+        pick = sorted({round(i * (len(every) - 1) / max(1, _ROWS - 1)) for i in range(_ROWS)})
+        rows = [every[i] for i in pick if i < len(every)]
         path = out_dir / f"corpus-{kind}.png"
         _plot(rows, results, kind, which, path)
         paths.append(path)

@@ -94,10 +94,15 @@ def print_report(results: Sequence[CaseResult], which: str, cfg: AlignerConfig,
         f"first/worst: first good estimate (3 windows <= 50 ms in a row), media s, median/worst "
         f"stream; q-conf/q-move: non-informative stretches, highest confidence from "
         f"{QUIET_GRACE_S:.0f} s in, largest move of the offset from the last one before, ms")
-    for line in format_table([s for r in results for s in r.scored]):
-        out(line)
+    # with both sets in the run, each gets its own table before the two together
+    parts = [(x, [r for r in results if r.case.set == x]) for x in sets] if len(sets) > 1 else []
+    for name, rs in [*parts, (which if len(sets) > 1 else sets[0], list(results))]:
+        out(f"-- set {name}: {len(rs)} cases")
+        for line in format_table([s for r in rs for s in r.scored]):
+            out(line)
     out(GOALS)
     lost = sum(r.replay.outcomes["late"] + r.replay.outcomes["dead"] for r in results)
     total = sum(r.replay.events for r in results)
     cpu = sum(r.replay.cpu_s for r in results)
-    out(f"{total} events, {lost} late or dead-lettered; replay cpu {cpu:.1f} s")
+    out(f"{total} events, {lost} late or dead-lettered"
+        + (f"; replay cpu {cpu:.1f} s" if cpu else ""))
