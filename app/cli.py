@@ -206,7 +206,8 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the main job on the embedded broker")
     common(d)
-    d.add_argument("--seconds", type=float, default=8.0, help="media seconds per stream")
+    d.add_argument("--seconds", type=float, default=20.0,
+                   help="media seconds per stream (enough for the skew estimate to settle)")
     d.add_argument("--timeout", type=float, default=120.0)
     d.set_defaults(fn=_cmd_demo)
 

@@ -9,6 +9,13 @@ same run is no correction at all (offset 0), whose error is the skew itself.
 
     .venv/bin/python scripts/bench_align.py            # 8 streams x 40 s
     .venv/bin/python scripts/bench_align.py --quick    # 4 streams x 20 s
+
+The evaluation corpus (issue 14), offline through FeaturePipeline(light) and the
+pure Aligner on a simulated clock, scored per kind against each case's truth:
+
+    .venv/bin/python scripts/bench_align.py --corpus                 # the tune set
+    .venv/bin/python scripts/bench_align.py --corpus --set heldout --kind talking
+    .venv/bin/python scripts/bench_align.py --corpus --set all --plots docs/img/
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 from app.runtime.process import spawn_worker, stop_process, worker_env  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
+from scripts.benchlib.corpus.cli import add_args, corpus_main  # noqa: E402
 
 
 def _specs(n: int, seconds: float) -> list[SynthSpec]:
@@ -75,7 +83,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0,
                     help="media seconds before errors count (the estimate's context fills)")
     ap.add_argument("--quick", action="store_true")
+    add_args(ap)
     args = ap.parse_args()
+    if args.corpus:
+        return corpus_main(args)
     if args.quick:
         args.streams, args.seconds = 4, 20.0
     specs = _specs(args.streams, args.seconds)

@@ -50,6 +50,13 @@ class SynthSpec:
     seed: int = 1
 
 
+    def injected_ms(self, modality: str, t_s: float = 0.0) -> float:
+        """The lag injected into ``modality`` behind the image clock at media ``t_s``, ms."""
+        if modality == "audio":
+            return (self.audio_skew_us + self.audio_drift_us_per_min * t_s / 60.0) / 1000.0
+        return self.text_skew_us / 1000.0 if modality == "text" else 0.0
+
+
 @dataclass(frozen=True)
 class Truth:
     scene_times_us: list[int]

@@ -1,0 +1,109 @@
+"""Real clips through the product: ``mmsync produce --video --realtime`` into a real worker.
+
+The embedded broker and one light worker are started; each clip case is
+published by its own ``mmsync produce --video F --srt S --fps N --chunk-ms C
+--realtime`` process (all at once, one stream each, as concurrent live
+sources); the windows read back from ``mm.aligned`` are scored against the
+clip's truth exactly as the offline replay's are. Only replays that add no
+shift of their own can go this way (``produce`` publishes the file as it is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.clients.collect import Outputs, collect
+from app.kafka.clients import create_topics, wait_for_broker
+from app.kafka.embedded import EmbeddedBroker
+from app.runtime.process import spawn_worker, stop_process, worker_env
+from app.settings import Settings
+from scripts.benchlib.corpus.build import build
+from scripts.benchlib.corpus.cases import Case
+from scripts.benchlib.corpus.clips import clip_paths
+from scripts.benchlib.corpus.oracle import oracle
+from scripts.benchlib.corpus.replay import Replay, Window
+from scripts.benchlib.corpus.run import CaseResult
+from scripts.benchlib.corpus.score import score_windows
+from scripts.benchlib.corpus.synth import START_US
+
+__all__ = ["live_clips"]
+
+_PUBLISHED = re.compile(r"published (\d+) records")
+
+
+def _produce(env: dict[str, str], case: Case, speed: float) -> subprocess.Popen[str]:
+    video, srt, _ = clip_paths(str(case.params["clip"]))
+    cmd = [sys.executable, "-m", "app.cli", "produce", "--video", str(video), "--srt", str(srt),
+           "--fps", str(case.params.get("fps", 25)), "--chunk-ms",
+           str(case.params.get("chunk_ms", 100)), "--realtime", "--speed", str(speed),
+           "--stream-id", case.name, "--start-us", str(START_US), "--quiet"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _result(case: Case, out: Outputs, sent: int, wall_s: float) -> CaseResult:
+    (st,) = build(case)  # the same events produce sent: for the truth and the oracle
+    tr = st.truth
+    ours = [w for w in out.windows if w["stream_id"] == case.name]
+    rep = Replay(truths={case.name: tr}, events=sent)
+    for w in ours:
+        rep.windows.append(Window(
+            stream_id=case.name, start_us=int(w["window_start"]), end_us=int(w["window_end"]),
+            emitted_s=w["emitted_at"] / 1e6, offsets_ms=dict(w["offsets_ms"]),
+            confidence=dict(w["confidence"]), counts=dict(w["counts"])))
+    rep.outcomes = Counter(merged=sum(sum(w["counts"].values()) for w in ours),
+                           late=sum(1 for x in out.late if x.get("stream_id") == case.name))
+    style = tr.offsets["text"].style if "text" in tr.offsets else None
+    lags = {case.name: oracle(st.events, tr.start_us, tr.seconds, text_style=style)}
+    wins = [(w.start_us, w.end_us, w.offsets_ms, w.confidence) for w in rep.windows]
+    return CaseResult(case, rep, score_windows(case, tr, wins, lags[case.name]), lags, wall_s)
+
+
+def live_clips(cases: Sequence[Case], speed: float = 1.0) -> tuple[list[CaseResult], list[float]]:
+    """Publish every clip case at once through a real worker; (results, sync latencies ms)."""
+    bad = [c.name for c in cases if c.kind != "clip" or c.params.get("add_audio_ms")
+           or c.params.get("add_text_ms")]
+    if bad:
+        raise ValueError(f"not publishable as they are (a synthetic case or an added shift): {bad}")
+    with tempfile.TemporaryDirectory(prefix="mmsync-live-clips-") as tmp, \
+            EmbeddedBroker(log_path=Path(tmp) / "broker.log") as broker:
+        s = Settings(broker=broker.url, broker_embedded=True, topic_prefix="corpus",
+                     partitions=4, data_dir=Path(tmp) / "data", models="light")
+        asyncio.run(wait_for_broker(s, timeout_s=20))
+        asyncio.run(create_topics(s))
+        env = {**os.environ, **worker_env(s)}
+        proc = spawn_worker(worker_env(s), Path(tmp) / "worker.log")
+        try:
+            time.sleep(8)  # the worker joins its group (broker-notes.md: 7 to 10 s)
+            t0 = time.monotonic()
+            producers = [(c, _produce(env, c, speed)) for c in cases]
+            sent: dict[str, int] = {}
+            for c, p in producers:
+                text, _ = p.communicate(timeout=600)
+                m = _PUBLISHED.search(text)
+                if p.returncode != 0 or m is None:
+                    raise RuntimeError(f"mmsync produce for {c.name} failed: {text[-2000:]}")
+                sent[c.name] = int(m.group(1))
+            total = sum(sent.values())
+
+            def done(o: Outputs) -> bool:
+                return o.accounted >= total
+
+            out = asyncio.run(collect(s, until=done, timeout_s=120))
+            wall = time.monotonic() - t0
+        finally:
+            stop_process(proc)
+    if out.accounted < total:
+        print(f"warning: accounted {out.accounted} of {total} records")
+    sync = [w["stages"]["sync"] * 1000 for w in out.windows if "sync" in w.get("stages", {})]
+    return [_result(c, out, sent[c.name], wall) for c in cases], sync
+
