@@ -76,12 +76,17 @@ class Settings(BaseSettings):
     drill_image_load_s: float = Field(
         default=0.0, ge=0, le=600, description="fault drill only: the image models take this"
         " much longer to load, s; 0 outside drills and tests")
-    max_skew_ms: int = Field(default=1000, ge=0, description="largest skew DTW may find, ms")
+    max_skew_ms: int = Field(default=1000, ge=10, le=10_000,
+                             description="largest skew of the audio (and lead of the captions)"
+                             " the estimate searches, ms")
+    max_text_skew_ms: int = Field(default=2500, ge=10, le=10_000,
+                                  description="how far captions may trail the speech they"
+                                  " belong to, ms (ASR captions come 0.5 to 2 s late)")
     skew_correction: bool = Field(
-        default=True, description="estimate each stream's skew by DTW and correct for it")
-    skew_context_ms: int = Field(
-        default=8000, ge=1000, le=60_000,
-        description="media the skew estimate compares per update, ms")
+        default=True, description="estimate each stream's skew and correct for it")
+    skew_segment_ms: int = Field(
+        default=2000, ge=500, le=30_000,
+        description="signal the skew estimate compares per update (every 0.5 s of media), ms")
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="inference device")
     gpu_mem_limit_mb: int = Field(default=0, ge=0, description="CUDA arena cap, MiB; 0: no cap")
     models: Literal["full", "light"] = Field(

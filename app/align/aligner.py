@@ -56,11 +56,13 @@ class AlignerConfig:
     rate_hz: float = 20.0
     reference: str = "image"
     modalities: tuple[str, ...] = MODALITIES
-    #: estimate skew by DTW and correct for it (off: every offset is 0).
+    #: estimate each stream's skew and correct for it (off: every offset is 0).
     correct_skew: bool = True
     max_skew_us: int = 1_000_000
-    #: how much media the skew estimate looks at, us.
-    skew_context_us: int = 8_000_000
+    #: how far captions may trail the speech, us (app.align.skew)
+    max_text_skew_us: int = 2_500_000
+    #: the signal each skew update compares, us.
+    skew_segment_us: int = 2_000_000
     #: a stream with nothing open and no record for this long (wall clock, s) is
     #: forgotten, so a worker serving ever new streams holds bounded state.
     stream_ttl_s: float = 600.0
@@ -69,8 +71,8 @@ class AlignerConfig:
     def from_settings(cls, s: Settings) -> AlignerConfig:
         return cls(window_us=s.window_ms * 1000, lateness_us=s.lateness_ms * 1000,
                    idle_s=s.idle_ms / 1000, rate_hz=s.sync_hz, correct_skew=s.skew_correction,
-                   max_skew_us=s.max_skew_ms * 1000, skew_context_us=s.skew_context_ms * 1000,
-                   stream_ttl_s=s.stream_ttl_s)
+                   max_skew_us=s.max_skew_ms * 1000, max_text_skew_us=s.max_text_skew_ms * 1000,
+                   skew_segment_us=s.skew_segment_ms * 1000, stream_ttl_s=s.stream_ttl_s)
 
     @property
     def tick_us(self) -> int:
@@ -106,6 +108,9 @@ class StreamState:
     seqs: dict[str, LRU[int, bool]] = field(default_factory=dict)
     #: the last image scalars, held across window boundaries (sample-and-hold).
     hold: dict[str, float] = field(default_factory=dict)
+    #: the earliest ts pending per modality (raw), so a poll can tell at once that nothing
+    #: can close yet
+    pending_min: dict[str, int] = field(default_factory=dict)
     #: input partition each modality arrives on (the newest record's)
     inputs: dict[str, int] = field(default_factory=dict)
     #: the features partition the stream arrives on, if the caller said
@@ -128,7 +133,8 @@ class Aligner:
         #: streams with pending records: the only ones a poll needs to look at.
         self._open: set[str] = set()
         self._skew_cfg = SkewConfig(tick_us=cfg.tick_us, max_skew_us=cfg.max_skew_us,
-                                    context_us=cfg.skew_context_us, reference=cfg.reference)
+                                    max_text_skew_us=cfg.max_text_skew_us,
+                                    segment_us=cfg.skew_segment_us, reference=cfg.reference)
 
     # -- skew --------------------------------------------------------------
     def offset_us(self, stream_id: str, modality: str) -> int:
@@ -196,6 +202,7 @@ class Aligner:
             return AddResult("late", late=late, window_start=start)
         st.newest[rec.modality] = max(st.newest.get(rec.modality, -1), rec.ts + rec.dur)
         st.pending.append(rec)
+        st.pending_min[rec.modality] = min(st.pending_min.get(rec.modality, rec.ts), rec.ts)
         self._open.add(rec.stream_id)
         st.skew.observe(rec)
         return AddResult("merged", window_start=start)
@@ -214,13 +221,23 @@ class Aligner:
     def watermark(self, st: StreamState, now: float) -> float:
         """Event time (us, reference clock) up to which the stream is complete."""
         marks: list[float] = []
+        ref = self.cfg.reference
+        ref_heard = st.heard.get(ref)
+        ref_active = ref_heard is not None and now - ref_heard < self.cfg.idle_s
         for m in self.cfg.modalities:
             heard = st.heard.get(m)
             active = heard is not None and now - heard < self.cfg.idle_s
             if not active and self.progress.drained(
                     m, self.input_partition(st, m), now,
                     heard if heard is not None else st.first_seen):
-                continue  # idle: nothing more to come, it holds nothing
+                # idle: nothing of it is waiting. But a modality that trails the
+                # reference (captions 2 s behind the speech) has nothing *yet* for the
+                # last stretch of the reference: while the reference runs, wait for that
+                offset = self.offset_us_of(st, m)
+                if ref_active and offset > 0 and m != ref and ref in st.newest:
+                    marks.append(st.newest[ref] - offset - self.margin_us(st, m)
+                                 - self.cfg.lateness_us)
+                continue
             newest = st.newest.get(m)
             if newest is None:
                 if heard is None:
@@ -249,6 +266,11 @@ class Aligner:
             wm = self.watermark(st, now)
             if wm == -math.inf:
                 continue
+            if math.isfinite(wm) and self._earliest_end(st) > wm:
+                # nothing pending can close yet (the common case): no pass over the records
+                if wm > 0:
+                    st.closed_until = max(st.closed_until, int(wm) // W * W)
+                continue
             buckets: dict[int, list[FeatureRecord]] = {}
             keep: list[FeatureRecord] = []
             for rec in st.pending:
@@ -261,6 +283,10 @@ class Aligner:
                 else:
                     keep.append(rec)
             st.pending = keep
+            st.pending_min = {}
+            for rec in keep:
+                st.pending_min[rec.modality] = min(st.pending_min.get(rec.modality, rec.ts),
+                                                   rec.ts)
             if not keep:
                 self._open.discard(sid)
             for start in sorted(buckets):
@@ -269,6 +295,13 @@ class Aligner:
             if math.isfinite(wm) and wm > 0:
                 st.closed_until = max(st.closed_until, int(wm) // W * W)
         return out
+
+    def _earliest_end(self, st: StreamState) -> int:
+        """The end of the earliest window a pending record can fall in, us."""
+        W = self.cfg.window_us
+        start = min((max(0, ts - self.offset_us_of(st, m)) // W * W
+                     for m, ts in st.pending_min.items()), default=0)
+        return max(start, st.closed_until) + W
 
     def forget(self, stream_ids: Iterable[str]) -> None:
         """Drop the state of streams this worker no longer owns (after a rebalance)."""

@@ -1,231 +1,303 @@
-"""Per-stream clock-skew estimation from activity onsets, by banded DTW (pure).
+"""Per-stream clock-skew estimation: onsets on a 10 ms grid, tracked over time (pure).
 
-Each modality's feature records become *onsets* on that modality's own clock:
+Audio against the picture: the sound's onsets (``env``, 10 ms hops) against
+the picture's cuts (``change`` of each frame, placed half-way to the previous
+frame). Captions against the sound: a caption's start against speech starts;
+a caption's offset behind the picture is then its lag behind the sound plus
+the sound's behind the picture (captions follow speech, not cuts).
 
-- image: the frame-to-frame ``change``, placed half-way between the frame and
-  the one before it (a cut happened somewhere in between: the midpoint is the
-  unbiased guess, and at 5 fps it removes a 100 ms bias);
-- audio: the rise of RMS energy between consecutive 50 ms hops, placed at the
-  hop boundary (linear RMS, so a rise that straddles two hops splits in
-  proportion and its weighted mean lands on the true onset);
-- text: a caption's start.
+Every ``every_us`` of reference media each modality's :class:`LagTracker`
+(``app.align.lag``) takes the newest ``segment_us`` of both signals: their
+normalised cross-correlation over the lag band is the likelihood of each lag,
+multiplied into a belief that remembers every stretch seen (so one stretch that
+matched the wrong cut moves it little) and spreads slowly between updates (the
+lag drifts, at most a few ms per second). A stretch with no onset on either
+side updates nothing: the estimate is held.
 
-Over a sliding context (``context_us``, default 8 s) the onsets are splatted
-onto the sync grid, and :func:`app.align.dtw.estimate_lag` compares each modality
-with the reference (image) inside a Sakoe-Chiba band of ``max_skew_us``. The
-raw estimates are smoothed per modality (``_Filter``: a confidence-weighted
-median of the recent ones along a fitted drift line), so one context that
-matched the wrong cut cannot yank the offset; the confidence decays while a
-modality stops informing it.
+The offset is the belief's peak. The confidence is the belief's mass within
+``_NEAR_BINS`` of it, times how recently the content informed it (it falls
+while the content says nothing). Both are calibrated on the corpus
+(``scripts/bench_align.py --corpus``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.align.dtw import estimate_lag, normalise, splat
+from app.align.lag import (
+    BIN_US,
+    BinRing,
+    LagTracker,
+    audio_changes,
+    cut_strengths,
+    frame_cuts,
+    match_likelihood,
+    peak_times,
+    speech_starts,
+    xcorr,
+)
 from schemas.codec import unpack_array
 from schemas.features import FeatureRecord
 
 __all__ = ["SkewConfig", "StreamSkew"]
 
-#: Frames further apart than this are not a "previous frame" for the midpoint, us.
-_MAX_FRAME_GAP_US = 500_000
-#: How many recent estimates the offset's median spans (at 0.5 s apart: 4.5 s).
-_RECENT = 9
-#: How many estimates the drift's slope spans (at 0.5 s apart: 40 s).
-_LONG = 80
-#: Largest drift the filter believes in, us per us (1e-3: 60 ms per minute).
-_MAX_DRIFT = 1e-3
+
+#: The likelihood's scale: log-likelihood per second of compared signal at r = 1.
+_KAPPA = 8.0
+#: Confidence counts the belief within this many 10 ms bins of the estimate ...
+_NEAR_BINS = 3
+#: ... above this much of it (confidence 0; 0.5 at a mass of 0.8).
+_MASS_FLOOR = 0.6
+#: Confidence holds for _HOLD_US after the last event that informed the estimate, then
+#: falls with time constant _RECENT_US (content that says nothing is flagged within 2 s).
+_HOLD_US = 1_500_000
+#: A caption's lag is known to a few tens of ms at best: its confidence counts the belief
+#: within 50 ms (the goal's bound).
+_TEXT_NEAR_BINS = 5
+_TEXT_MASS_FLOOR = 0.3
+#: Captions come every few seconds: their estimate's confidence holds longer.
+_TEXT_HOLD_US = 6_000_000
+_RECENT_US = 500_000
+#: How precisely a caption's start follows its speech start, in 10 ms bins (subtitles are
+#: placed by hand; ASR captions vary by a few hundred ms: their offset is the typical one).
+_CAPTION_SIGMA_BINS = 5.0
+#: Sound read around a caption's reach, bins.
+_SPEECH_TAIL = 30
+#: A stretch informs only if both sides have an onset at least this strong.
+_MIN_CUT = 0.02  # mean |thumbnail difference| above the local baseline, 0..1
+_MIN_CHANGE_DB = 4.0
 
 
 @dataclass(frozen=True, slots=True)
 class SkewConfig:
     tick_us: int = 50_000
     max_skew_us: int = 1_000_000
-    context_us: int = 8_000_000
+    #: how far a caption may trail (or lead) the speech it belongs to, us (ASR captions
+    #: come 0.5 to 2 s after the words)
+    max_text_skew_us: int = 2_500_000
     #: re-estimate when the stream's media time advanced this much, us.
     every_us: int = 500_000
+    #: the stretch of signal each update compares, us.
+    segment_us: int = 2_000_000
     reference: str = "image"
-    #: salient reference onsets a context needs before it says anything.
-    min_points: int = 3
 
     @property
     def band(self) -> int:
-        return max(1, math.ceil(self.max_skew_us / self.tick_us))
+        return max(1, math.ceil(self.max_skew_us / BIN_US))
+
+    @property
+    def text_band(self) -> int:
+        return max(1, math.ceil(self.max_text_skew_us / BIN_US))
+
+    def lag_range(self, modality: str) -> tuple[int, int]:
+        """Lags (bins) the estimate searches: +-max_skew, and for captions up to
+        max_text_skew behind (ASR captions trail the speech; none leads it by more)."""
+        if modality == "text":
+            return -self.band, max(self.band, self.text_band)
+        return -self.band, self.band
 
 
 @dataclass(slots=True)
-class _Track:
-    """One modality's recent onsets on its own clock."""
+class _Estimate:
+    """One modality's tracker and what it last said."""
 
-    times: deque[int] = field(default_factory=deque)
-    weights: deque[float] = field(default_factory=deque)
-    newest: int = -1
-    last_frame_ts: int | None = None
-    last_energy: float | None = None
-    last_energy_end: int = -1
-
-    def push(self, t: int, w: float) -> None:
-        if w > 0:
-            self.times.append(t)
-            self.weights.append(w)
-
-    def trim(self, before: int) -> None:
-        while self.times and self.times[0] < before:
-            self.times.popleft()
-            self.weights.popleft()
-
-
-@dataclass(slots=True)
-class _Filter:
-    """Recent raw estimates of one modality; the offset is their robust centre.
-
-    The offset is the confidence-weighted median of the last ``_RECENT``
-    estimates, each first carried to the present along the drift line: a
-    median shrugs off a context that matched the wrong cut, where a running
-    mean (or an alpha-beta filter started from a wrong first guess) stays
-    wrong for many updates. Drift is a least-squares slope over the inliers
-    of the last ``_LONG`` estimates (tens of seconds: ms per minute is
-    invisible over a few).
-    """
-
-    recent: deque[tuple[int, float, float]] = field(
-        default_factory=lambda: deque(maxlen=_RECENT))
-    long: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_LONG))
+    tracker: LagTracker
+    #: the bin up to which the signals were compared (None: never)
+    done_to: int | None = None
+    #: the bin the belief was last carried to (predict), for captions: the last one's
+    tracked_to: int | None = None
+    #: the bin of the last stretch that informed it (None: never)
+    informed_at: int | None = None
     offset_us: float = 0.0
-    drift: float = 0.0  # us of offset per us of media time
-    at_us: int = -1
-    confidence: float = 0.0
-
-    def add(self, at_us: int, z_us: float, conf: float, tick_us: int) -> None:
-        if self.recent and at_us - self.recent[-1][0] <= 0:
-            return  # the same context again (a sparse modality had nothing new)
-        self.recent.append((at_us, z_us, conf))
-        t = np.array([r[0] for r in self.recent], dtype=np.float64)
-        z = np.array([r[1] for r in self.recent]) + self.drift * (at_us - t)
-        w = np.array([r[2] for r in self.recent])
-        med = _weighted_median(z, w)
-        near = np.abs(z - med) <= 2 * tick_us
-        # agreement: how much of the recent evidence sits within 2 ticks of the centre
-        agree = float(w[near].sum() / w.sum()) if w.sum() > 0 else 0.0
-        self.offset_us, self.at_us = med, at_us
-        self.confidence = agree * float(np.mean(w)) * min(1.0, len(self.recent) / 3)
-        if abs(z_us + 0.0 - med) <= 2 * tick_us:
-            self.long.append((at_us, z_us))
-        if len(self.long) >= 8:
-            lt = np.array([p[0] for p in self.long], dtype=np.float64)
-            lz = np.array([p[1] for p in self.long])
-            if lt[-1] - lt[0] > 10_000_000:  # at least 10 s of media
-                slope = float(np.polyfit(lt - lt[0], lz, 1)[0])
-                self.drift = min(_MAX_DRIFT, max(-_MAX_DRIFT, slope))
+    concentration: float = 0.0
+    #: whether anything (an informative stretch, or a seed) set the belief
+    known: bool = False
+    #: whether offset_us holds an estimate the next one should prefer to stay near
+    reported: bool = False
 
 
-def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
-    order = np.argsort(x)
-    cw = np.cumsum(w[order])
-    return float(x[order][np.searchsorted(cw, cw[-1] / 2)])
+@dataclass(slots=True)
+class _Signals:
+    """The raw inputs of one stream, for the last horizon of media."""
+
+    frames: deque[tuple[int, float]] = field(default_factory=deque)
+    #: caption starts not yet compared with the speech
+    captions: deque[int] = field(default_factory=deque)
+    newest: dict[str, int] = field(default_factory=dict)
 
 
 class StreamSkew:
-    """Skew of each modality of one stream behind the reference."""
+    """Skew of each modality of one stream behind the reference (image)."""
 
     def __init__(self, cfg: SkewConfig, modalities: tuple[str, ...]) -> None:
         self.cfg = cfg
         self.modalities = modalities
-        self.tracks = {m: _Track() for m in modalities}
-        self.filters = {m: _Filter() for m in modalities if m != cfg.reference}
+        seg = cfg.segment_us // BIN_US
+        self._horizon_us = cfg.segment_us + 2 * cfg.max_text_skew_us + 4 * cfg.every_us
+        self._env = BinRing(self._horizon_us // BIN_US + seg)
+        self._sig = _Signals()
+        self._est: dict[str, _Estimate] = {}
+        for m in modalities:
+            if m == cfg.reference:
+                continue
+            self._est[m] = _Estimate(LagTracker(*cfg.lag_range(m)))
         self._last_update = -1
 
     # -- input -------------------------------------------------------------
     def observe(self, rec: FeatureRecord) -> None:
-        tr = self.tracks.get(rec.modality)
-        if tr is None:
-            return
-        f = rec.feats
-        if rec.modality == "image":
-            prev = tr.last_frame_ts
-            if prev is not None and 0 < rec.ts - prev <= _MAX_FRAME_GAP_US:
-                tr.push((prev + rec.ts) // 2, float(f.get("change", 0.0)))
-            if prev is None or rec.ts > prev:
-                tr.last_frame_ts = rec.ts
-        elif rec.modality == "audio" and "rms" in f:
-            # mean energy per hop (rms squared) is linear in how much of a hop a
-            # sound covers, so split rises average to the true onset time.
-            energy = unpack_array(f["rms"]).astype(np.float64) ** 2
-            hop = int(f.get("hop_us", 50_000))
-            if len(energy) > 1 and rec.dur - (len(energy) - 1) * hop < hop // 2:
-                # a sliver of a last hop (2205 samples at 22.05 kHz make 2 hops
-                # and 1 sample) has a meaningless energy: leave it out
-                energy = energy[:-1]
-            contiguous = abs(rec.ts - tr.last_energy_end) <= hop
-            prev_e = tr.last_energy if contiguous else None
-            seq = energy if prev_e is None else np.concatenate(([prev_e], energy))
-            rises = np.maximum(np.diff(seq), 0.0)
-            # the rise into hop k sits at hop k's start
-            base = rec.ts if prev_e is not None else rec.ts + hop
-            for k, w in enumerate(rises):
-                tr.push(base + k * hop, float(w))
-            if len(energy):
-                tr.last_energy, tr.last_energy_end = float(energy[-1]), rec.ts + rec.dur
+        f, sig = rec.feats, self._sig
+        end = rec.ts + rec.dur
+        if rec.modality == self.cfg.reference:
+            if "change" in f:
+                sig.frames.append((rec.ts, float(f["change"])))
+                while sig.frames and sig.frames[0][0] < rec.ts - self._horizon_us:
+                    sig.frames.popleft()
+        elif rec.modality == "audio" and "env" in f:
+            env = unpack_array(f["env"]).astype(np.float64)
+            hop = int(f.get("env_hop_us", BIN_US))
+            # the chunk's level at each bin centre it covers (chunks do not start on bins)
+            t = rec.ts + (np.arange(len(env)) + 0.5) * hop
+            # bins whose centre lies in the chunk (its level held flat at the edges)
+            first = math.ceil(rec.ts / BIN_US - 0.5)
+            last = math.floor((rec.ts + len(env) * hop) / BIN_US - 0.5 - 1e-9)
+            if last >= first:
+                centres = (np.arange(first, last + 1) + 0.5) * BIN_US
+                self._env.put(first, np.interp(centres, t, env))
+            end = rec.ts + len(env) * hop
         elif rec.modality == "text":
             if float(f.get("caption", 1.0)) > 0:
-                tr.push(rec.ts, 1.0)
-        tr.newest = max(tr.newest, rec.ts + rec.dur)
+                sig.captions.append(rec.ts)
+        sig.newest[rec.modality] = max(sig.newest.get(rec.modality, -1), end)
+
+    def seed(self, modality: str, offset_us: int, confidence: float) -> None:
+        """Start from an estimate made before (a takeover restores the last window's)."""
+        est = self._est.get(modality)
+        if est is None or est.known:
+            return
+        floor = _TEXT_MASS_FLOOR if modality == "text" else _MASS_FLOOR
+        mass = floor + max(0.0, min(1.0, confidence)) * (1.0 - floor)  # confidence() inverted
+        est.tracker.seed(offset_us / BIN_US, sigma_bins=_NEAR_BINS / 3, weight=mass)
+        est.offset_us, est.concentration, est.known = float(offset_us), mass, True
+        est.reported = True
 
     # -- estimation --------------------------------------------------------
     def maybe_update(self) -> bool:
-        """Re-estimate if media time moved ``every_us`` since the last time."""
-        ref = self.tracks[self.cfg.reference]
-        if ref.newest < 0 or ref.newest - self._last_update < self.cfg.every_us:
+        """Re-estimate if the reference's media time moved ``every_us`` since the last time."""
+        ref = self._sig.newest.get(self.cfg.reference, -1)
+        if ref < 0 or ref - self._last_update < self.cfg.every_us:
             return False
-        self._last_update = ref.newest
+        self._last_update = ref
         self.update()
         return True
 
     def update(self) -> None:
-        cfg = self.cfg
-        ref = self.tracks[cfg.reference]
-        keep_from = ref.newest - cfg.context_us - 2 * cfg.max_skew_us
-        for tr in self.tracks.values():
-            tr.trim(keep_from)
-        for m, flt in self.filters.items():
-            sig = self.tracks[m]
-            t_hi = min(ref.newest, sig.newest)
-            if t_hi < 0:
-                continue
-            n = cfg.context_us // cfg.tick_us
-            t0 = t_hi - n * cfg.tick_us
-            r = normalise(splat(np.fromiter(ref.times, np.int64), np.fromiter(ref.weights, float),
-                                t0, n, cfg.tick_us))
-            s = normalise(splat(np.fromiter(sig.times, np.int64), np.fromiter(sig.weights, float),
-                                t0, n, cfg.tick_us))
-            est = estimate_lag(r, s, cfg.band)
-            if est is None or est.points < cfg.min_points:
-                flt.confidence *= 0.9  # decays while a modality says nothing
-                continue
-            conf = min(1.0, est.points / (cfg.min_points + 2)) * math.exp(
-                -((est.spread_ticks / 1.5) ** 2))
-            flt.add(t_hi, est.lag_ticks * cfg.tick_us, conf, cfg.tick_us)
+        newest = self._sig.newest
+        ref_bin = newest.get(self.cfg.reference, -1) // BIN_US
+        audio_bin = newest.get("audio", -1) // BIN_US
+        if "audio" in self._est and audio_bin > 0:
+            est = self._est["audio"]
+            b = min(ref_bin, audio_bin - est.tracker.hi)
+            self._step(est, b, self._audio_vs_picture)
+        if "text" in self._est and audio_bin > 0:
+            self._captions(self._est["text"], audio_bin)
 
-    def seed(self, modality: str, offset_us: int, confidence: float) -> None:
-        """Start from an estimate made before (a takeover restores the last window's);
-        the first estimates of this aligner replace it."""
-        flt = self.filters.get(modality)
-        if flt is not None and not flt.recent:
-            flt.offset_us, flt.confidence = float(offset_us), max(0.0, min(1.0, confidence))
+    def _step(self, est: _Estimate, b: int,
+              compare: Callable[[int, int, int], tuple[np.ndarray, int] | None]) -> None:
+        seg = self.cfg.segment_us // BIN_US
+        if b <= 0 or (est.done_to is not None and b <= est.done_to):
+            return
+        dt = 0.0 if est.done_to is None else (b - est.done_to) * BIN_US / 1e6
+        est.done_to = b
+        est.tracker.predict(dt)
+        got = compare(b - seg, b, est.tracker.hi)
+        if got is not None:
+            r, newest_event = got
+            # the stretches overlap: each second of signal is counted once in all
+            est.tracker.update(_KAPPA * r * min(dt, seg * BIN_US / 1e6))
+            est.informed_at, est.known = newest_event, True
+        if est.known:
+            lag = est.tracker.estimate(est.offset_us / BIN_US if est.reported else None)
+            est.reported = True
+            est.offset_us = lag * BIN_US
+            est.concentration = est.tracker.mass_near(lag, _NEAR_BINS)
+
+    def _audio_vs_picture(self, a: int, b: int, band: int) -> tuple[np.ndarray, int] | None:
+        frames = [(t, c) for t, c in self._sig.frames
+                  if (a - 50) * BIN_US <= t < (b + 50) * BIN_US]
+        if len(frames) < 3:
+            return None
+        ts = np.array([t for t, _ in frames], dtype=np.float64)
+        change = np.array([c for _, c in frames])
+        mids, strength = cut_strengths(ts, change)
+        cut = (mids >= a * BIN_US) & (mids < b * BIN_US) & (strength >= _MIN_CUT)
+        if not cut.any():
+            return None
+        env = self._env.get(a - band, b + band)
+        if np.isnan(env).mean() > 0.5:
+            return None
+        changes = audio_changes(env)
+        if changes[band:-band].max() < _MIN_CHANGE_DB:
+            return None
+        return xcorr(frame_cuts(ts, change, a, b), changes, band), int(mids[cut][-1] // BIN_US)
+
+    def _captions(self, est: _Estimate, audio_bin: int) -> None:
+        """Each caption once, when the sound it may belong to (up to the band's reach after
+        it) has arrived: the likelihood that it follows one of the speech starts there."""
+        tr = est.tracker
+        caps = self._sig.captions
+        while caps and caps[0] // BIN_US - tr.lo + _SPEECH_TAIL <= audio_bin:
+            c = caps.popleft()
+            first = c // BIN_US - tr.hi - _SPEECH_TAIL
+            env = self._env.get(first, c // BIN_US - tr.lo + _SPEECH_TAIL)
+            if np.isnan(env).mean() > 0.5:
+                continue
+            starts = peak_times(speech_starts(env), first)
+            if not len(starts):
+                continue
+            cb = c // BIN_US
+            if est.tracked_to is not None:
+                tr.predict(max(0, cb - est.tracked_to) * BIN_US / 1e6)
+            est.tracked_to = cb
+            tr.update(match_likelihood(c, starts, tr.lags, _CAPTION_SIGMA_BINS))
+            est.informed_at, est.known = cb, True
+            lag = tr.estimate(est.offset_us / BIN_US if est.reported else None)
+            est.reported = True
+            est.offset_us = lag * BIN_US
+            est.concentration = tr.mass_near(lag, _TEXT_NEAR_BINS)
+        # every caption before this has been compared: confidence ages from here
+        est.done_to = max(est.done_to or 0, audio_bin + tr.lo - _SPEECH_TAIL)
 
     # -- output ------------------------------------------------------------
     def offset_us(self, modality: str) -> int:
-        flt = self.filters.get(modality)
-        return 0 if flt is None else round(flt.offset_us)
+        est = self._est.get(modality)
+        if est is None:
+            return 0
+        if modality == "text":
+            audio = self._est.get("audio")
+            return round(est.offset_us + (audio.offset_us if audio is not None else 0.0))
+        return round(est.offset_us)
 
     def confidence(self, modality: str) -> float:
         if modality == self.cfg.reference:
             return 1.0
-        flt = self.filters.get(modality)
-        return 0.0 if flt is None else round(min(1.0, flt.confidence), 3)
+        est = self._est.get(modality)
+        if est is None or not est.known:
+            return 0.0
+        # the belief's mass near the estimate, rescaled so that 0.5 means "right": on the
+        # corpus's tune set a mass under about 0.8 was as often a beat off as not
+        floor = _TEXT_MASS_FLOOR if modality == "text" else _MASS_FLOOR
+        conf = max(0.0, (est.concentration - floor) / (1.0 - floor))
+        if est.informed_at is not None and est.done_to is not None:
+            hold = _TEXT_HOLD_US if modality == "text" else _HOLD_US
+            quiet_us = (est.done_to - est.informed_at) * BIN_US - hold
+            if quiet_us > 0:
+                conf *= math.exp(-quiet_us / _RECENT_US)
+        if modality == "text" and "audio" in self._est:
+            conf = min(conf, self.confidence("audio"))
+        return round(min(1.0, max(0.0, conf)), 3)
+

@@ -22,6 +22,7 @@ from schemas.events import AudioChunk, FrameEvent, TextEvent
 
 __all__ = [
     "AUDIO_HOP_US",
+    "ENV_HOP_US",
     "THUMB",
     "check_pixels",
     "ImageSignals",
@@ -37,6 +38,8 @@ __all__ = [
 THUMB = 16
 #: Audio energy hop: 50 ms, i.e. the 20 Hz default grid.
 AUDIO_HOP_US = 50_000
+#: Audio level hop for the skew estimate, us.
+ENV_HOP_US = 10_000
 #: Largest decoded image we accept, pixels (a decompression bomb guard: 40 MP
 #: is above 8K video).
 MAX_PIXELS = 40_000_000
@@ -109,18 +112,24 @@ def pcm_to_mono(data: bytes, ch: int) -> np.ndarray:
     return x
 
 
-def audio_signals(ev: AudioChunk, mono: np.ndarray | None = None) -> dict[str, Any]:
-    """RMS energy per 50 ms hop (the last hop may be shorter)."""
-    x = pcm_to_mono(ev.data, ev.ch) if mono is None else mono
-    hop = max(1, ev.sr * AUDIO_HOP_US // 1_000_000)
+def _per_hop(x: np.ndarray, hop: int) -> np.ndarray:
+    """Mean power of each ``hop`` samples (the last hop may be shorter)."""
     n = -(-len(x) // hop)
     padded = np.zeros(n * hop, dtype=np.float32)
     padded[: len(x)] = x
-    frames = padded.reshape(n, hop)
     counts = np.full(n, hop, dtype=np.float32)
     counts[-1] = len(x) - (n - 1) * hop
-    rms = np.sqrt((frames**2).sum(axis=1) / counts).astype(np.float32)
-    return {"rms": pack_array(rms), "hop_us": AUDIO_HOP_US}
+    return (padded.reshape(n, hop) ** 2).sum(axis=1) / counts
+
+
+def audio_signals(ev: AudioChunk, mono: np.ndarray | None = None) -> dict[str, Any]:
+    """RMS energy per 50 ms hop (the grid's), and the level in dB per 10 ms hop (``env``:
+    what the skew estimate reads; 10 ms resolves a lag 5 times finer than the grid)."""
+    x = pcm_to_mono(ev.data, ev.ch) if mono is None else mono
+    rms = np.sqrt(_per_hop(x, max(1, ev.sr * AUDIO_HOP_US // 1_000_000))).astype(np.float32)
+    env = 10.0 * np.log10(_per_hop(x, max(1, ev.sr * ENV_HOP_US // 1_000_000)) + 1e-10)
+    return {"rms": pack_array(rms), "hop_us": AUDIO_HOP_US,
+            "env": pack_array(env.astype(np.float16)), "env_hop_us": ENV_HOP_US}
 
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")

@@ -55,8 +55,8 @@ async def test_multimodal_stream_every_input_accounted(pipeline):
         assert w["counts"]["image"] in (0, 5)
         assert w["offsets_ms"]["image"] == 0 and w["confidence"]["image"] == 1.0
         assert all(0.0 <= c <= 1.0 for c in w["confidence"].values())
-        if w["confidence"]["audio"] >= 0.5:  # 4 s at 5 fps rarely gets there
-            assert abs(w["offsets_ms"]["audio"]) <= 150
+        # the true skew is 0: an estimate is near it, no estimate yet is 0
+        assert abs(w["offsets_ms"]["audio"]) <= 150, w["offsets_ms"]
         assert len(w["trace_ids"]) == sum(w["counts"].values())
         assert w["id"] == f"{w['stream_id']}@{w['window_start']}"
     texts = [t for w in out.windows for tick in w["grid"]["text"]["tokens"] for t in tick]

@@ -82,9 +82,8 @@ def test_empty_gap_windows_are_closed_too():
     assert a.add(rec("image", 5_000_000, 2), now=10.0).outcome == "late"
 
 
-def _know_audio_offset(a: Aligner, offset_us: int, confidence: float = 1.0) -> None:
-    flt = a.streams["s"].skew.filters["audio"]
-    flt.offset_us, flt.confidence = offset_us, confidence
+def _know_offset(a: Aligner, modality: str, offset_us: int, confidence: float = 1.0) -> None:
+    a.streams["s"].skew.seed(modality, offset_us, confidence)
 
 
 def test_offsets_shift_windows_at_close_time():
@@ -92,14 +91,13 @@ def test_offsets_shift_windows_at_close_time():
     a.add(rec("image", 100_000, 0), now=0.0)
     a.add(rec("audio", 1_200_000, 0), now=0.0)
     # the estimate arrives while the record is still open: it moves to window 0
-    _know_audio_offset(a, 300_000)
+    _know_offset(a, "audio", 300_000)
     a.add(rec("text", 5_000_000, 0), now=0.1)
     a.add(rec("image", 5_000_000, 1), now=0.1)
     a.add(rec("audio", 5_400_000, 1), now=0.1)
     closed = a.poll(now=0.1)
     assert [(start, sorted(r.modality for r in rs)) for _, start, rs in closed] == [
         (0, ["audio", "image"])]
-    # (an update with nothing to estimate from lets the confidence decay a little)
     assert a.offset_us("s", "audio") == 300_000 and a.confidence("s", "audio") >= 0.8
 
 
@@ -111,8 +109,8 @@ def test_unsure_skew_holds_the_watermark_back():
     # 1.5 s - 0.2 s lateness would close window 0, but audio and text may be
     # up to 1 s off while their skew is unknown: wait
     assert a.poll(now=0.1) == []
-    _know_audio_offset(a, 0)
-    a.streams["s"].skew.filters["text"].confidence = 1.0
+    _know_offset(a, "audio", 0)
+    _know_offset(a, "text", 0)
     assert [start for _, start, _ in a.poll(now=0.1)] == [0]
 
 

@@ -57,11 +57,7 @@ class Replay:
 
 def aligner_config(s: Settings | None = None) -> AlignerConfig:
     """The worker's AlignerConfig from settings (``agents/aligner.py`` builds it the same way)."""
-    s = s or _settings()
-    return AlignerConfig(
-        window_us=s.window_ms * 1000, lateness_us=s.lateness_ms * 1000, idle_s=s.idle_ms / 1000,
-        rate_hz=s.sync_hz, correct_skew=s.skew_correction, max_skew_us=s.max_skew_ms * 1000,
-        skew_context_us=s.skew_context_ms * 1000, stream_ttl_s=s.stream_ttl_s)
+    return AlignerConfig.from_settings(s or _settings())
 
 
 def _settings() -> Settings:

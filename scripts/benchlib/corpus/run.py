@@ -86,7 +86,8 @@ def print_report(results: Sequence[CaseResult], which: str, cfg: AlignerConfig,
     n_streams = sum(len(r.replay.truths) for r in results)
     out(f"set: {which} ({len(cases)} cases, {n_streams} streams; sets in it: {', '.join(sets)})")
     out(f"aligner: window {cfg.window_us // 1000} ms, {cfg.rate_hz:g} Hz, max skew "
-        f"{cfg.max_skew_us // 1000} ms, skew context {cfg.skew_context_us // 1000} ms, "
+        f"{cfg.max_skew_us // 1000} ms (captions {cfg.max_text_skew_us // 1000} ms), skew segment "
+        f"{cfg.skew_segment_us // 1000} ms, "
         f"correction {'on' if cfg.correct_skew else 'off'}")
     out(f"|offset error| ms over windows wholly in informative stretches after {WARMUP_S:.0f} s "
         f"of media; c>=.5: share of those windows with confidence >= 0.5, c-p95: their p95; "
