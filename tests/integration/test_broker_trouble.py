@@ -86,15 +86,17 @@ async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
     - the worker survives the outage (same pid, no Traceback in its log; aiokafka
       logs a connection error every 0.1 s or so while the broker is away);
     - once the broker is back and the topics are re-created (they are gone), the
-      worker's group re-forms with no committed offsets, so it starts each
-      partition from the beginning of the new, empty log: records published after
-      the restart come out as windows, all of them, both on a partition it had
-      read before (offsets below its old position: not skipped) and on one it had
-      not. Measured: first window 4 to 5 s after the broker was back.
+      worker's group re-forms and records published after the restart on
+      partitions it had not read come out as windows, all of them, none late.
+      Measured: first window 4 to 5 s after the broker was back.
 
     What cannot hold on this broker: anything published before the restart and
-    not yet processed is gone with the broker's memory. With Apache Kafka
-    (persistent logs, offsets kept) a restart loses nothing.
+    not yet processed is gone with the broker's memory; and on a partition the
+    worker had read before, the new log's first offsets repeat ones it already
+    consumed and committed, and a commit Faust retried through the outage can
+    land on the new broker, so records published right after the restart there
+    can be skipped (seen in about one run in three: 21 of 94). With Apache Kafka
+    (persistent logs, offsets kept) a restart loses nothing (docs/broker.md).
     """
     nparts = 4
     port = free_port()
@@ -111,10 +113,9 @@ async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
         worker = spawn_worker(env, log)
         before = SynthSpec(stream_id="before", seconds=3, seed=5)
         used = default_partition(b"before", nparts)
-        # one stream on the partition read before the restart, one on another
-        after_ids = [next(f"after-{i}" for i in range(100)
-                          if (default_partition(f"after-{i}".encode(), nparts) == used) == same)
-                     for same in (True, False)]
+        # two streams on partitions the worker had not read before the restart
+        after_ids = [f"after-{i}" for i in range(100)
+                     if default_partition(f"after-{i}".encode(), nparts) != used][:2]
         recs1 = list(synth_records([before]))
         pub1 = await publish(s, recs1, progress=False)
         out1 = await collect(s, until=lambda o: o.accounted >= pub1.total, timeout_s=90)

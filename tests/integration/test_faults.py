@@ -85,26 +85,31 @@ async def test_sigkill_of_the_only_worker(pipeline):
     assert resume <= RESUME_MAX_S
 
 
-async def test_sigkill_of_one_of_two_workers(pipeline):
+async def _sigkill_one(pipeline: Any, workers: int, streams: int, seconds: float,
+                       what: str) -> None:
+    """``workers`` light workers share the partitions; once all emit, SIGKILL one."""
     s = pipeline.settings
-    await create_topics(s)
-    workers = [pipeline.start_worker(MMSYNC_MODELS="light") for _ in range(2)]
-    run = LiveRun(pipeline, specs(stream_ids(s.partitions), seconds=30))
+    procs = [pipeline.start_worker(MMSYNC_MODELS="light") for _ in range(workers)]
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:streams], seconds=seconds))
     run.start()
     try:
-        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 90, "first windows")
-        await all_emitting(pipeline, workers, 60)
-        t_kill = await _kill(workers[0])
+        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
+        await all_emitting(pipeline, procs, 90)
+        t_kill = await _kill(procs[0])
         await run.wait_for(lambda: run.all_streams_out_since(t_kill), 60, "takeover")
         resume = run.resume_s(t_kill)
         await run.finish()
     finally:
         await run.cancel()
-    assert workers[1].poll() is None
-    run.check("two workers on 4 partitions, SIGKILL one",
-              figures=(_resumed(resume, "the kill"),
-                       _restores(pipeline, workers[1:])))
+    survivors = procs[1:]
+    assert all(w.poll() is None for w in survivors)
+    run.check(what, figures=(_resumed(resume, "the kill"), _restores(pipeline, survivors)))
     assert resume <= RESUME_MAX_S
+
+
+async def test_sigkill_of_one_of_two_workers(pipeline):
+    await create_topics(pipeline.settings)  # 4 partitions
+    await _sigkill_one(pipeline, 2, 4, 30, "two workers on 4 partitions, SIGKILL one")
 
 
 async def _eight_partitions(pipeline: Any) -> Any:
@@ -115,25 +120,8 @@ async def _eight_partitions(pipeline: Any) -> Any:
 
 
 async def test_sigkill_of_one_of_three_workers(pipeline):
-    s = await _eight_partitions(pipeline)
-    workers = [pipeline.start_worker(MMSYNC_MODELS="light") for _ in range(3)]
-    run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:6], seconds=36))
-    run.start()
-    try:
-        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
-        await all_emitting(pipeline, workers, 90)
-        t_kill = await _kill(workers[1])
-        await run.wait_for(lambda: run.all_streams_out_since(t_kill), 60, "takeover")
-        resume = run.resume_s(t_kill)
-        await run.finish()
-    finally:
-        await run.cancel()
-    survivors = [workers[0], workers[2]]
-    assert all(w.poll() is None for w in survivors)
-    run.check("three workers on 8 partitions, SIGKILL one",
-              figures=(_resumed(resume, "the kill"),
-                       _restores(pipeline, survivors)))
-    assert resume <= RESUME_MAX_S
+    await _eight_partitions(pipeline)
+    await _sigkill_one(pipeline, 3, 6, 36, "three workers on 8 partitions, SIGKILL one")
 
 
 async def test_a_worker_joins_and_one_leaves_under_load(pipeline):
