@@ -19,6 +19,7 @@ from typing import Any
 from app.align.aligner import AlignerConfig
 from app.align.runner import AlignRunner, Step
 from app.runtime.faust_app import Runtime
+from schemas.skew import SkewState
 
 __all__ = ["register"]
 
@@ -32,6 +33,7 @@ def register(rt: Runtime) -> AlignRunner:
     runner = AlignRunner(AlignerConfig.from_settings(s), features)
     m = rt.metrics
     aligned, late_topic = rt.topics["aligned"], rt.topics["late"]
+    skew_topic = rt.topics["skew"]  # every worker's skew board reads it (alerts' ts)
     #: (partition, offset) -> the Faust event to ack once the runner releases it
     events: dict[tuple[int, int], Any] = {}
 
@@ -43,6 +45,8 @@ def register(rt: Runtime) -> AlignRunner:
             await late_topic.send(key=late.stream_id.encode(), value=late.encode())
         for win in step.windows:
             await aligned.send(key=win.stream_id.encode(), value=win.encode())
+            await skew_topic.send(key=win.stream_id.encode(),
+                                  value=SkewState.of_window(win).encode())
             m.windows.inc()
             m.stage.labels("align").observe(win.stages["align"])
             m.sync_latency.observe(win.stages["sync"])

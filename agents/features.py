@@ -10,6 +10,7 @@ import asyncio
 import time
 from typing import Any
 
+from app.alerts.publish import AlertPublisher
 from app.consumed import RawMsg
 from app.features.pipeline import FeaturePipeline
 from app.runtime.faust_app import Runtime
@@ -29,6 +30,7 @@ def register(rt: Runtime, modality: str) -> None:
     pipeline = FeaturePipeline(s, rt.feature_memo())
     features = rt.topics["features"]
     within = max(s.batch_wait_ms, 1) / 1000.0
+    alerts = AlertPublisher(rt) if s.alerts else None
 
     async def agent(stream: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -49,6 +51,8 @@ def register(rt: Runtime, modality: str) -> None:
             outs = await loop.run_in_executor(pool, pipeline.process, modality, msgs)
             m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
             level.set(pipeline.degrader.level)
+            if alerts is not None:  # before the features: an alert waits for nothing
+                await alerts.publish(outs, pipeline.degrader.level)
             for out in outs:
                 if isinstance(out, DeadLetter):
                     await rt.send_dead_letter(out, modality)
