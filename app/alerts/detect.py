@@ -40,6 +40,11 @@ __all__ = ["BatchAlerts", "Detector", "SkewView", "Thresholds", "window_start"]
 _OCR_DETAIL_CHARS = 200
 
 
+def _trace_id(rec: FeatureRecord) -> str:
+    """The input's trace id, or the one the pipeline assigns at ingest."""
+    return rec.trace_id or f"{rec.modality}-{rec.src_partition}-{rec.src_offset}"
+
+
 def window_start(ts_ref: int, window_us: int) -> int:
     """Start of the aligner's window holding ``ts_ref`` (reference clock), us."""
     return max(0, ts_ref) // window_us * window_us
@@ -95,7 +100,7 @@ class Detector:
             stream_id=rec.stream_id, modality=rec.modality, kind=kind,
             score=min(1.0, max(0.0, score)), ts=ts,
             window_id=window_id(rec.stream_id, window_start(ts, skew.window_us)),
-            trace_id=rec.trace_id or f"{rec.modality}-{rec.src_partition}-{rec.src_offset}",
+            trace_id=_trace_id(rec),
             source=Source(self._topic_of(rec.modality), rec.src_partition, rec.src_offset),
             emitted_at=self._clock_us(), detail=detail, event_ts=rec.ts,
             offset_ms=skew.offset_us / 1000.0, skew_confidence=skew.confidence,
@@ -138,6 +143,7 @@ class Detector:
             "reason": "off" if off == len(held) else "sampled",
             "ts_from": first.ts, "ts_to": max(r.ts for r in held),
             "offsets": [[r.src_partition, r.src_offset] for r in held],
+            "trace_ids": [_trace_id(r) for r in held],
         }
         return self._alert(first, "blind", len(held) / len(recs), detail, skew)
 

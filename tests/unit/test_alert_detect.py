@@ -106,7 +106,7 @@ def test_batch_skips_dead_letters_and_reports_blind_frames_per_stream():
     assert blind.score == 0.5 and blind.ts == 1_200_000 and blind.source.offset == 2
     assert blind.detail == {"skipped": 2, "frames": 4, "level": 1, "reason": "sampled",
                             "ts_from": 1_200_000, "ts_to": 1_600_000,
-                            "offsets": [[2, 2], [2, 4]]}
+                            "offsets": [[2, 2], [2, 4]], "trace_ids": ["tr", "tr"]}
     assert res.alerts[3].detail["reason"] == "off"  # held without any score: models off
     assert res.skipped == {"sampled": 2, "off": 1}
     assert d.batch([dl], lambda sid, m: REF).alerts == []
