@@ -11,8 +11,10 @@ What alerts (docs/contract.md, "Alert"; thresholds are settings):
   image models were sampled or off under load (``app.features.degrade``): how many,
   which, the time they span and the level, so a moderator knows when nobody looked.
 
-A frame that was not scored (``held``: it carries its stream's last score, not its
-own) never raises ``nsfw`` or ``ocr_term``: it is reported as blind instead.
+A frame that was not scored never raises ``nsfw`` or ``ocr_term``: it is reported as
+blind instead. Unscored means ``held`` (it carries its stream's last score, not its
+own: ``sampled``), or no score at all while the models are on (``off``: no image model
+ran on this picture, at level 3 or as a near-duplicate of a frame that came then).
 
 Time. ``ts`` is the input's ``ts`` minus its modality's skew offset as the aligner
 last published it (:class:`SkewView`, from ``app.runtime.skewboard``); the image
@@ -83,12 +85,15 @@ class BatchAlerts:
 
 class Detector:
     """Turns feature records into alerts. ``topic_of(modality)`` names an input topic;
-    ``ocr_terms`` matches terms in OCR text (None: no ``ocr_term`` alerts)."""
+    ``ocr_terms`` matches terms in OCR text (None: no ``ocr_term`` alerts); ``models``:
+    the image models are on (``MMSYNC_MODELS=full``), so a frame without a score went
+    unscored (with the light profile no frame has one, and none is reported blind)."""
 
     def __init__(self, th: Thresholds, topic_of: Callable[[str], str],
                  ocr_terms: Callable[[str], list[str]] | None = None,
-                 clock_us: Callable[[], int] | None = None) -> None:
+                 clock_us: Callable[[], int] | None = None, models: bool = True) -> None:
         self.th = th
+        self.models = models
         self._topic_of = topic_of
         self._ocr_terms = ocr_terms
         self._clock_us = clock_us or (lambda: time.time_ns() // 1000)
@@ -110,7 +115,7 @@ class Detector:
         """The alerts of one record (none for a held frame: see :meth:`blind`)."""
         f, th = rec.feats, self.th
         out: list[Alert] = []
-        if rec.modality == "image" and not f.get("held"):
+        if rec.modality == "image" and not self.unscored(rec):
             nsfw = f.get("nsfw")
             if isinstance(nsfw, int | float) and nsfw >= th.nsfw:
                 detail: dict[str, Any] = {"threshold": th.nsfw}
@@ -130,16 +135,20 @@ class Detector:
                                        skew))
         return out
 
+    def unscored(self, rec: FeatureRecord) -> bool:
+        """A frame whose NSFW score is not its own, or missing while the models are on."""
+        return bool(rec.feats.get("held")) or (self.models and "nsfw" not in rec.feats)
+
     def blind(self, recs: list[FeatureRecord], level: int, skew: SkewView) -> Alert | None:
         """One stream's frames of one batch: the ``blind`` alert if any went unscored."""
-        held = [r for r in recs if r.modality == "image" and r.feats.get("held")]
+        held = [r for r in recs if r.modality == "image" and self.unscored(r)]
         if not held:
             return None
         first = min(held, key=lambda r: r.ts)
         off = sum("nsfw" not in r.feats for r in held)
         detail = {
             "skipped": len(held), "frames": len(recs), "level": level,
-            # "off": no image model ran at this level; "sampled": they ran on other frames
+            # "off": no image model ran on these pictures; "sampled": they ran on other frames
             "reason": "off" if off == len(held) else "sampled",
             "ts_from": first.ts, "ts_to": max(r.ts for r in held),
             "offsets": [[r.src_partition, r.src_offset] for r in held],

@@ -26,7 +26,8 @@ class AlertPublisher:
         ocr = None
         if s.alert_ocr_terms and s.ocr_every_n_frames:
             ocr = TermMatcher.from_files(s.terms_paths)  # the captions' lists
-        self.detector = Detector(Thresholds.from_settings(s), s.topic, ocr)
+        self.detector = Detector(Thresholds.from_settings(s), s.topic, ocr,
+                                 models=s.models == "full")
         self._board = rt.skew_board
         self._topic = rt.topics["alerts"]
         self._m = rt.metrics

@@ -52,7 +52,7 @@ def test_nsfw_at_or_over_the_threshold_alerts_and_under_does_not():
     assert a.detail == {"threshold": 0.8} and a.skew_confidence == 1.0
     (a,) = d.record(_rec("image", 0, {"nsfw": 0.95, "reused": True}), REF)
     assert a.detail["reused"] is True
-    # light models: no score, no alert
+    # no score: no alert (with the models on, the batch reports it blind: below)
     assert d.record(_rec("image", 0, {"luma": 0.5}), REF) == []
 
 
@@ -110,6 +110,18 @@ def test_batch_skips_dead_letters_and_reports_blind_frames_per_stream():
     assert res.alerts[3].detail["reason"] == "off"  # held without any score: models off
     assert res.skipped == {"sampled": 2, "off": 1}
     assert d.batch([dl], lambda sid, m: REF).alerts == []
+
+
+def test_a_frame_without_a_score_is_blind_unless_the_models_are_off_by_profile():
+    """A near-duplicate of a frame held at level 3 reuses its empty features: nobody
+    looked at that picture, whatever the level is now."""
+    recs = [_rec("image", 0, {"luma": 0.5, "reused": True}, offset=1),
+            _rec("image", 1, {"luma": 0.5, "nsfw": 0.01}, offset=2)]
+    res = _det(nsfw=0.5).batch(recs, lambda sid, m: REF, level=0)
+    (b,) = res.alerts
+    assert b.kind == "blind" and b.detail["reason"] == "off" and b.detail["offsets"] == [[2, 1]]
+    light = Detector(Thresholds(nsfw=0.5), TOPIC, models=False)
+    assert light.batch(recs, lambda sid, m: REF).alerts == []
 
 
 def test_skew_board_keeps_the_newest_state_per_stream():
