@@ -8,6 +8,7 @@ sends the feature records: the alert does not wait for anything downstream.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from app.runtime.faust_app import Runtime
 
 __all__ = ["AlertPublisher"]
+
+log = logging.getLogger(__name__)
 
 
 class AlertPublisher:
@@ -36,7 +39,12 @@ class AlertPublisher:
         """Detect, send (keyed by stream_id) and count the alerts of one batch's outputs
         (feature records and dead letters, as ``FeaturePipeline.process`` returns them);
         ``level``: the degradation level the batch ran at."""
-        res = self.detector.batch(outs, self._board.view, level)
+        try:
+            res = self.detector.batch(outs, self._board.view, level)
+        except Exception:  # noqa: BLE001 - a detection bug must not stop the features
+            log.exception("alert detection failed on a batch of %d: no alerts for it",
+                          len(outs))
+            return
         m = self._m
         for a in res.alerts:
             await self._topic.send(key=a.stream_id.encode(), value=a.encode())

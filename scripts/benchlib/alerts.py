@@ -135,6 +135,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
     mine = [(a, ts) for a, ts in col.got if a.trace_id in events
             or any(t in events for t in a.detail.get("trace_ids", ()))]
     alerted: dict[str, set[str]] = {}
+    by_tid: dict[str, Alert] = {}
     blind: set[str] = set()
     lat: dict[str, list[tuple[float, bool]]] = {"image": [], "text": []}
     #: input Kafka timestamp to the alert's making in the worker (before its send), s
@@ -144,6 +145,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
             blind.update(a.detail.get("trace_ids", ()))
             continue
         alerted.setdefault(a.trace_id, set()).add(a.kind)
+        by_tid[a.trace_id] = a
         if a.modality in lat and a.kafka_ts_ms > 0:
             it, _ = events[a.trace_id]
             lat[a.modality].append(((ts - a.kafka_ts_ms) / 1000, _in_burst(sp, it.t)))
@@ -155,6 +157,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
         c = {"inputs": 0, "over": 0, "alerted": 0, "blind": 0, "missed": 0, "under": 0,
              "false": 0, "band": 0}
         missed: list[str] = []
+        false: list[str] = []
         for tid, (it, ev) in events.items():
             if it.modality != mod:
                 continue
@@ -181,12 +184,18 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
             else:
                 c["under"] += 1
                 c["false"] += got
+                if got:
+                    a = by_tid[tid]
+                    why = ", reused" if a.detail.get("reused") else ""
+                    false.append(f"{tid} (alert score {a.score:.4f}, here "
+                                 f"{scores[ev.data]:.4f}{why})"
+                                 if isinstance(ev, FrameEvent) else tid)
         xs = [x for x, _ in lat[mod]]
         bx = [x for x, b in lat[mod] if b]
         c.update(n=len(xs), p50_ms=_pct(xs, 50), p99_ms=_pct(xs, 99),
                  p99_burst_ms=_pct(bx, 99), max_ms=max(xs) * 1000 if xs else float("nan"),
                  made_p50_ms=_pct(made[mod], 50), made_p99_ms=_pct(made[mod], 99),
-                 missed_examples=missed[:5])
+                 missed_examples=missed[:5], false_examples=false[:5])
         res[mod] = c
     return res
 
@@ -212,6 +221,8 @@ def print_report(res: dict[str, Any] | None, at70: Any) -> None:
               f"{goal:>6.0f} {met:6} {at70.p50_s:.2f}/{at70.p99_s:.2f}")
         print(f"{'':9}input Kafka ts to the alert's making in the worker: p50 "
               f"{c['made_p50_ms']:.1f} ms, p99 {c['made_p99_ms']:.1f} ms (the rest: its send)")
+        if c["false_examples"]:
+            print(f"  under threshold, alerted: {c['false_examples']}")
         if c["missed_examples"]:
             print(f"  missed (no alert, no blind record): {c['missed_examples']}")
     ok = all(res[m]["missed"] == 0 and res[m]["false"] == 0 for m in ("text", "image"))

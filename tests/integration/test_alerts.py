@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from app.clients.alertjoin import AlertJoin
 from app.clients.collect import collect
+from app.clients.moderate import Report, moderate
 from app.clients.produce import paced, publish
 from app.clients.synth import SynthSpec, synth_events
 from app.kafka.clients import consume, create_topics
@@ -86,6 +88,11 @@ async def test_a_term_from_an_extra_file_alerts_a_clean_caption_and_a_bad_record
         assert a.window_id == f"mod@{ev.ts // 1_000_000 * 1_000_000}"
         assert placed[("text", a.source.partition, a.source.offset)] == a.window_id
         assert a.kafka_ts_ms > 0 and a.emitted_at >= a.kafka_ts_ms * 1000
+    # mmsync moderate, on the same topics: both alerts confirmed by their windows
+    join, notes = AlertJoin(), []
+    await moderate(s, Report(), timeout_s=6, join=join, on_note=notes.append)
+    assert sorted(n.verb for n in notes) == ["ALERT", "ALERT", "CONFIRMED", "CONFIRMED"], notes
+    assert join.streams["mod"].confirmed == 2
     text = pipeline.metrics(worker)
     assert re.search(r'mmsync_alerts_total\{kind="term",modality="text"\} 2\.0', text)
     assert re.search(r'mmsync_alert_latency_seconds_count 2\.0', text)
