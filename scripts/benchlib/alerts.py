@@ -20,7 +20,9 @@ not as a false alert. An over-threshold input that did not alert is excused only
 ``blind`` record names it (the image models were sampled or off).
 
 Latency: the alert record's Kafka timestamp minus the input record's (which the alert
-carries, ``kafka_ts_ms``), per modality, over every input of the step (bursts included).
+carries, ``kafka_ts_ms``), per modality, over the inputs of the step's steady part (the
+window latency's: its first and last 3 s of media left out; bursts included), and the
+p99 over all of them (the step's start, from idle to the full rate, included).
 """
 
 from __future__ import annotations
@@ -121,8 +123,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: Path,
-                s: Settings, models_dir: Path | None = None, settle_s: float = 1.0
-                ) -> dict[str, Any]:
+                s: Settings, models_dir: Path | None = None, settle_s: float = 1.0,
+                edge_s: float = 3.0) -> dict[str, Any]:
     """The step of ``sp`` (over): latency per modality and the over/under check.
     ``worker``: the workers' extra settings; ``models_dir``: theirs (``tmp/models``)."""
     from app.features.text import TermMatcher
@@ -142,7 +144,8 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
     alerted: dict[str, set[str]] = {}
     by_tid: dict[str, Alert] = {}
     blind: set[str] = set()
-    lat: dict[str, list[tuple[float, bool]]] = {"image": [], "text": []}
+    #: (latency s, in a burst or its drain, in the steady part)
+    lat: dict[str, list[tuple[float, bool, bool]]] = {"image": [], "text": []}
     #: input Kafka timestamp to the alert's making in the worker (before its send), s
     made: dict[str, list[float]] = {"image": [], "text": []}
     for a, ts in mine:
@@ -153,8 +156,10 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
         by_tid[a.trace_id] = a
         if a.modality in lat and a.kafka_ts_ms > 0:
             it, _ = events[a.trace_id]
-            lat[a.modality].append(((ts - a.kafka_ts_ms) / 1000, _in_burst(sp, it.t)))
-            made[a.modality].append(a.emitted_at / 1e6 - a.kafka_ts_ms / 1000)
+            steady = edge_s <= it.t < sp.seconds - edge_s
+            lat[a.modality].append(((ts - a.kafka_ts_ms) / 1000, _in_burst(sp, it.t), steady))
+            if steady:
+                made[a.modality].append(a.emitted_at / 1e6 - a.kafka_ts_ms / 1000)
     res: dict[str, Any] = {"nsfw_threshold": th, "extra_terms": list(EXTRA_TERMS),
                            "blind_records": sum(a.kind == "blind" for a, _ in mine),
                            "bad_records": col.bad}
@@ -194,10 +199,12 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
                     c["false"] += 1
                     false.append(f"{tid} (alert score {by_tid[tid].score:.4f}, here "
                                  f"{scores[ev.data]:.4f})" if isinstance(ev, FrameEvent) else tid)
-        xs = [x for x, _ in lat[mod]]
-        bx = [x for x, b in lat[mod] if b]
+        every = [x for x, _, _ in lat[mod]]
+        xs = [x for x, _, st in lat[mod] if st]
+        bx = [x for x, b, st in lat[mod] if b and st]
         c.update(n=len(xs), p50_ms=_pct(xs, 50), p99_ms=_pct(xs, 99),
                  p99_burst_ms=_pct(bx, 99), max_ms=max(xs) * 1000 if xs else float("nan"),
+                 p99_all_ms=_pct(every, 99),
                  made_p50_ms=_pct(made[mod], 50), made_p99_ms=_pct(made[mod], 99),
                  missed_examples=missed[:5], false_examples=false[:5])
         res[mod] = c
@@ -212,9 +219,12 @@ def print_report(res: dict[str, Any] | None, at70: Any) -> None:
     print(f"\nalerts at 70% of max (rate {at70.rate:g}): NSFW threshold {res['nsfw_threshold']:g}"
           f" (bench setting), terms: the shipped lists + {terms}; "
           f"{res['blind_records']} blind records")
+    print("latency, ms: input record's Kafka timestamp to its alert record's; p50, p99, burst+2s"
+          " (p99 in 3x bursts and the 2 s after) and max over the steady part (as the window"
+          " latency); all p99: the whole step")
     print(f"{'modality':9}{'inputs':>7}{'over':>6}{'alerted':>8}{'blind':>6}{'missed':>7}"
           f"{'under':>7}{'false':>6}{'dup':>5}{'band':>5}{'p50 ms':>8}{'p99 ms':>8}{'burst+2s':>10}"
-          f"{'max ms':>8}{'goal p99':>9}   window p50/p99 s")
+          f"{'max ms':>8}{'all p99':>8}{'goal p99':>9}   window p50/p99 s")
     for mod in ("text", "image"):
         c = res[mod]
         goal = GOALS_S[mod] * 1000
@@ -223,6 +233,7 @@ def print_report(res: dict[str, Any] | None, at70: Any) -> None:
               f"{c['missed']:>7}{c['under']:>7}{c['false']:>6}{c['dup']:>5}{c['band']:>5}"
               f"{c['p50_ms']:>8.1f}"
               f"{c['p99_ms']:>8.1f}{c['p99_burst_ms']:>10.1f}{c['max_ms']:>8.1f}"
+              f"{c['p99_all_ms']:>8.1f}"
               f"{goal:>6.0f} {met:6} {at70.p50_s:.2f}/{at70.p99_s:.2f}")
         print(f"{'':9}input Kafka ts to the alert's making in the worker: p50 "
               f"{c['made_p50_ms']:.1f} ms, p99 {c['made_p99_ms']:.1f} ms (the rest: its send)")

@@ -47,7 +47,7 @@ async def test_judge_counts_every_way_an_input_can_fare(tmp_path: Path) -> None:
     col = SimpleNamespace(got=got, bad=0)
     models = Path(os.environ.get("MMSYNC_MODELS_DIR", tmp_path / "models"))
     res = await judge(col, SPEC, worker, tmp_path, Settings(data_dir=tmp_path),
-                      models_dir=models, settle_s=0)
+                      models_dir=models, settle_s=0, edge_s=0)
     im, tx = res["image"], res["text"]
     assert (im["inputs"], im["over"], im["alerted"], im["blind"], im["missed"], im["false"]) == (
         len(frames), len(frames), len(frames) - 2, 1, 1, 0)
