@@ -146,6 +146,8 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
     blind: set[str] = set()
     #: (latency s, in a burst or its drain, in the steady part)
     lat: dict[str, list[tuple[float, bool, bool]]] = {"image": [], "text": []}
+    #: (media s into the step, latency s): where the slow alerts are
+    when: dict[str, list[tuple[float, float]]] = {"image": [], "text": []}
     #: input Kafka timestamp to the alert's making in the worker (before its send), s
     made: dict[str, list[float]] = {"image": [], "text": []}
     for a, ts in mine:
@@ -158,6 +160,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
             it, _ = events[a.trace_id]
             steady = edge_s <= it.t < sp.seconds - edge_s
             lat[a.modality].append(((ts - a.kafka_ts_ms) / 1000, _in_burst(sp, it.t), steady))
+            when[a.modality].append((round(it.t, 2), round((ts - a.kafka_ts_ms) / 1000, 3)))
             if steady:
                 made[a.modality].append(a.emitted_at / 1e6 - a.kafka_ts_ms / 1000)
     res: dict[str, Any] = {"nsfw_threshold": th, "extra_terms": list(EXTRA_TERMS),
@@ -204,7 +207,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
         bx = [x for x, b, st in lat[mod] if b and st]
         c.update(n=len(xs), p50_ms=_pct(xs, 50), p99_ms=_pct(xs, 99),
                  p99_burst_ms=_pct(bx, 99), max_ms=max(xs) * 1000 if xs else float("nan"),
-                 p99_all_ms=_pct(every, 99),
+                 p99_all_ms=_pct(every, 99), by_time=sorted(when[mod]),
                  made_p50_ms=_pct(made[mod], 50), made_p99_ms=_pct(made[mod], 99),
                  missed_examples=missed[:5], false_examples=false[:5])
         res[mod] = c
