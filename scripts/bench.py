@@ -22,7 +22,9 @@ wall second over the step; memory = their peak RSS (VmHWM).
 Also: raw ONNX Runtime frames/s of EfficientNet-Lite0 + Open-NSFW (the same
 sessions, batch ``MMSYNC_BATCH_MAX``, the same thread count) measured in this
 run, mmsync's merged frames/s at its max load as a fraction of it, and the
-p99 of mmsync_stage_seconds (the worker's /metrics) at 70% of max load.
+p99 of mmsync_stage_seconds (the worker's /metrics) at 70% of max load, and there
+the moderation alerts' latency per modality beside the window latency, and whether
+every input over threshold alerted (``scripts/benchlib/alerts.py``; ``--no-alerts``).
 
     .venv/bin/python scripts/bench.py                 # about 6-7 minutes
     .venv/bin/python scripts/bench.py --quick         # a smoke run, about 3 minutes
