@@ -34,6 +34,7 @@ from app.align.runner import AlignRunner, Step
 from app.runtime.delivery import Send, deliver
 from app.runtime.faust_app import Runtime
 from app.runtime.outputs import read_outputs
+from schemas.skew import SkewState
 
 __all__ = ["register"]
 
@@ -53,6 +54,7 @@ def register(rt: Runtime) -> AlignRunner:
     to_restore: set[int] = set()
     m = rt.metrics
     aligned, late_topic = rt.topics["aligned"], rt.topics["late"]
+    skew_topic = rt.topics["skew"]  # every worker's skew board reads it (alerts' ts)
     #: (partition, offset) -> the Faust event to ack once the runner releases it
     events: dict[tuple[int, int], Any] = {}
 
@@ -64,6 +66,9 @@ def register(rt: Runtime) -> AlignRunner:
                                  value=late.encode()))
         for win in step.windows:
             sends.append(partial(aligned.send, key=win.stream_id.encode(), value=win.encode()))
+            # the skew estimate for the feature agents' alerts (app.runtime.skewboard)
+            sends.append(partial(skew_topic.send, key=win.stream_id.encode(),
+                                 value=SkewState.of_window(win).encode()))
             m.windows.inc()
             m.stage.labels("align").observe(win.stages["align"])
             m.sync_latency.observe(win.stages["sync"])

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from app.alerts.publish import AlertPublisher
 from app.consumed import RawMsg
 from app.features.pipeline import FeaturePipeline
 from app.features.progress import InputProgress
@@ -41,6 +42,7 @@ def register(rt: Runtime, modality: str) -> None:
     within = max(s.batch_wait_ms, 1) / 1000.0
     progress = InputProgress(modality)
     source = s.topic(modality)
+    alerts = AlertPublisher(rt) if s.alerts else None
 
     def warm() -> None:
         if modality == "image" and s.drill_image_load_s > 0:
@@ -66,6 +68,8 @@ def register(rt: Runtime, modality: str) -> None:
             outs = await loop.run_in_executor(pool, pipeline.process, modality, msgs)
             m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
             level.set(pipeline.degrader.level)
+            if alerts is not None:  # before the features: an alert waits for nothing
+                await alerts.publish(outs, pipeline.degrader.level)
             sends: list[Send] = []
             for out in outs:
                 if isinstance(out, DeadLetter):

@@ -156,7 +156,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 def _cmd_tail(args: argparse.Namespace) -> int:
     from app.clients.collect import Outputs, collect
-    from app.clients.render import render_window, window_json
+    from app.clients.render import alert_json, render_alert, render_window, window_json
 
     s = _client_settings(args)
     if s is None:
@@ -168,8 +168,14 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     def show(w: dict[str, Any]) -> None:
         print(window_json(w, full=args.full) if args.json else render_window(w), flush=True)
 
-    out = asyncio.run(collect(s, until=until, timeout_s=args.timeout, on_window=show))
+    def show_alert(a: dict[str, Any]) -> None:
+        print(alert_json(a) if args.json else render_alert(a), flush=True)
+
+    out = asyncio.run(collect(s, until=until, timeout_s=args.timeout, on_window=show,
+                              on_alert=show_alert if args.alerts else None))
     summary = f"{len(out.windows)} windows, {len(out.late)} late, {len(out.dlq)} dead letters"
+    if args.alerts:
+        summary += f", {len(out.alerts)} alerts"
     print(summary, file=sys.stderr if args.json else sys.stdout)
     return 0
 
@@ -177,6 +183,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 def _cmd_moderate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from app.clients.alertjoin import AlertJoin
     from app.clients.moderate import Report, Thresholds, moderate
 
     s = _client_settings(args)
@@ -184,12 +191,17 @@ def _cmd_moderate(args: argparse.Namespace) -> int:
         return 2
     nsfw = None if args.nsfw_threshold < 0 else args.nsfw_threshold
     report = Report(thresholds=Thresholds(nsfw=nsfw, terms=args.terms))
+    join = None if args.no_alerts else AlertJoin()
     try:
         asyncio.run(moderate(s, report, count=args.count, timeout_s=args.timeout,
-                             on_flag=lambda f: print(f.line(), flush=True)))
+                             on_flag=lambda f: print(f.line(), flush=True), join=join,
+                             on_note=lambda n: print(n.line(), flush=True)))
     except KeyboardInterrupt:
         pass  # Ctrl-C ends the watch; the report below is the point
-    Console().print(report.table())
+    console = Console()
+    if join is not None:
+        console.print(join.table())
+    console.print(report.table())
     return 0
 
 
@@ -249,20 +261,23 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--quiet", action="store_true")
     pr.set_defaults(fn=_cmd_produce)
 
-    t = sub.add_parser("tail", help="print mm.aligned readably")
+    t = sub.add_parser("tail", help="print mm.aligned (and with --alerts mm.alerts) readably")
     common(t)
     t.add_argument("--count", type=int, default=None, help="stop after N windows")
     t.add_argument("--timeout", type=float, default=3600.0)
     t.add_argument("--json", action="store_true",
                    help="one JSON line per window (bytes as base64; no embeddings unless --full)")
     t.add_argument("--full", action="store_true", help="with --json: keep the grid embeddings")
+    t.add_argument("--alerts", action="store_true", help="show mm.alerts too, as they come")
     t.set_defaults(fn=_cmd_tail)
 
-    mo = sub.add_parser("moderate", help="flag aligned windows by moderation signals; report")
+    mo = sub.add_parser("moderate", help="report alerts live, confirm or clear them by their"
+                        " windows; flag windows; report per stream")
     common(mo)
     mo.add_argument("--nsfw-threshold", type=float, default=0.8,
                     help="flag a window whose highest NSFW score is at least this; -1: never")
     mo.add_argument("--terms", action="store_true", help="flag windows with sensitive terms")
+    mo.add_argument("--no-alerts", action="store_true", help="read mm.aligned only (no alerts)")
     mo.add_argument("--count", type=int, default=None, help="stop after N windows")
     mo.add_argument("--timeout", type=float, default=3600.0, help="stop after S seconds")
     mo.set_defaults(fn=_cmd_moderate)

@@ -115,6 +115,16 @@ class Settings(BaseSettings):
         default="", description="comma list of extra sensitive-term files (one term a line, '#'"
         " comments), added to the shipped zh/en defaults",
     )
+    # -- moderation alerts on PREFIX.alerts (issue 17; app/alerts/, docs/operations.md) --
+    alerts: bool = Field(default=True, description="publish a moderation alert for every input"
+                         " whose signal crosses its threshold, as soon as its features exist")
+    alert_nsfw: float = Field(default=0.8, ge=0.0, le=1.0, description="alert on a frame whose"
+                              " NSFW score is at least this (0..1)")
+    alert_terms: bool = Field(default=True, description="alert on sensitive terms matched in a"
+                              " caption (the shipped lists plus terms_files)")
+    alert_ocr_terms: bool = Field(default=True, description="alert on sensitive terms in a"
+                                  " frame's OCR text (only where OCR runs: ocr_every_n_frames)")
+    # -- end of moderation alerts --
     cache: bool = Field(default=True, description="cache model features in RocksDB by content"
                         " (full models only: the light signals cost less than a look-up)")
     cache_max_bytes: int = Field(

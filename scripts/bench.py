@@ -22,7 +22,9 @@ wall second over the step; memory = their peak RSS (VmHWM).
 Also: raw ONNX Runtime frames/s of EfficientNet-Lite0 + Open-NSFW (the same
 sessions, batch ``MMSYNC_BATCH_MAX``, the same thread count) measured in this
 run, mmsync's merged frames/s at its max load as a fraction of it, and the
-p99 of mmsync_stage_seconds (the worker's /metrics) at 70% of max load.
+p99 of mmsync_stage_seconds (the worker's /metrics) at 70% of max load, and there
+the moderation alerts' latency per modality beside the window latency, and whether
+every input over threshold alerted (``scripts/benchlib/alerts.py``; ``--no-alerts``).
 
     .venv/bin/python scripts/bench.py                 # about 6-7 minutes
     .venv/bin/python scripts/bench.py --quick         # a smoke run, about 3 minutes
@@ -71,6 +73,7 @@ from app.runtime.process import (  # noqa: E402
 )
 from app.settings import Settings  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
+from scripts.benchlib import alerts as bench_alerts  # noqa: E402
 from scripts.benchlib.loadgen import Item, MixSpec, mix, scaled  # noqa: E402
 from scripts.benchlib.naive import NAIVE_TOPIC  # noqa: E402
 
@@ -452,10 +455,15 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
         await create_topics(s0, (*CONTRACT_TOPICS, NAIVE_TOPIC))
         extra = {"MMSYNC_BATCH_MAX": str(args.batch_max)} if args.batch_max else {}
         if kind == "mmsync":
+            extra.update(bench_alerts.worker_env(tmp, args))  # alerts: issue 17
             extra.update(kv.split("=", 1) for kv in args.env)
         side = _start(kind, broker, tmp, args.workers, extra)
         col = Collector(side)
         await col.start()
+        alert_col, alert_res = None, None  # alerts: issue 17
+        if kind == "mmsync" and not args.no_alerts:
+            alert_col = bench_alerts.AlertCollector(side.s)
+            await alert_col.start()
         steps: list[Step] = []
         try:
             # warm-up: the group joins, models load; not measured
@@ -500,14 +508,19 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
                 sp = _spec_at(spec, r70, f"{kind[0]}70", t0, 99 * 1_000_000)
                 at70 = await _step(side, col, sp, r70, args, progress)
                 _print_step(kind + " @70%", at70)
+                if alert_col is not None:  # alerts: issue 17
+                    alert_res = await bench_alerts.judge(alert_col, sp, extra, tmp, side.s)
             hwm = side.hwm_mb()
         finally:
             await col.stop()
+            if alert_col is not None:
+                await alert_col.stop()
             for p in side.procs:
                 stop_process(p)
             if args.keep_logs:
                 console.print(side.tail())
-    return {"kind": kind, "steps": steps, "best": best, "at70": at70, "rss_mb": hwm}
+    return {"kind": kind, "steps": steps, "best": best, "at70": at70, "rss_mb": hwm,
+            "alerts": alert_res}
 
 
 async def _settle(side: Side, col: Collector, st: Step, args: Any) -> None:
@@ -583,6 +596,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write every step's numbers here")
     ap.add_argument("--keep-logs", action="store_true", help="print the workers' log tails")
     ap.add_argument("--quick", action="store_true", help="2 steps of 12 s per side")
+    bench_alerts.add_args(ap)
     args = ap.parse_args()
     for name, full, quick in (("step_s", 20.0, 12.0), ("max_steps", 4, 2), ("drain_s", 8.0, 6.0)):
         if getattr(args, name) is None:
@@ -681,6 +695,7 @@ def _report(results: dict[str, dict[str, Any]], raw_fps: float, args: Any, wall:
                     le = v["p99_le_s"]
                     bound = f"<= {le:g} s" if le != float("inf") else "> the largest bucket"
                     print(f"  {stage:20} {bound}  (n={v['n']})")
+            bench_alerts.print_report(mm.get("alerts"), at70)  # alerts: issue 17
     print(f"\nbench wall time {wall:.0f} s")
 
 

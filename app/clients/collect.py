@@ -38,6 +38,8 @@ class Outputs:
     windows: list[dict[str, Any]] = field(default_factory=list)
     late: list[dict[str, Any]] = field(default_factory=list)
     dlq: list[dict[str, Any]] = field(default_factory=list)
+    #: what ``mm.alerts`` held (read only when asked: ``collect(..., on_alert=...)``)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
     duplicate_windows: int = 0
     duplicate_records: int = 0
     duplicate_other: int = 0
@@ -75,7 +77,9 @@ class Outputs:
         return sum(1 for where in self._placed.values() if where == "late")
 
     def add(self, kind: str, value: dict[str, Any]) -> None:
-        if kind == "aligned":
+        if kind == "alerts":  # not inputs' placements: kept as they come, replays too
+            self.alerts.append(value)
+        elif kind == "aligned":
             self._add_window(value)
         elif kind == "late":
             src = ("late", value.get("stream_id"), value.get("modality"),
@@ -131,9 +135,13 @@ class Outputs:
 async def collect(
     s: Settings, *, until: Callable[[Outputs], bool], timeout_s: float,
     keys: set[bytes] | None = None, on_window: Callable[[dict[str, Any]], None] | None = None,
+    on_alert: Callable[[dict[str, Any]], None] | None = None,
 ) -> Outputs:
-    """Read aligned, late and dlq from the beginning until ``until(outputs)`` or the timeout."""
+    """Read aligned, late and dlq (and with ``on_alert`` alerts) from the beginning until
+    ``until(outputs)`` or the timeout."""
     kinds = {s.topic("aligned"): "aligned", s.topic("late"): "late", s.topic("dlq"): "dlq"}
+    if on_alert is not None:
+        kinds[s.topic("alerts")] = "alerts"
     out = Outputs()
 
     def handle(m: ConsumerRecord) -> None:
@@ -144,6 +152,8 @@ async def collect(
         out.add(kind, value)
         if kind == "aligned" and on_window is not None:
             on_window(value)
+        elif kind == "alerts" and on_alert is not None:
+            on_alert(value)
 
     await consume(s, kinds, handle, until=lambda: until(out), timeout_s=timeout_s)
     return out

@@ -1,8 +1,11 @@
-"""A sample moderation consumer of ``mm.aligned``: flag windows, report per stream.
+"""A sample moderation consumer: alerts as they come, windows to confirm them; a report.
 
-The flagging (:func:`flag_window`) and the report (:class:`Report`) are pure
-functions over decoded window maps, so they test without a broker; only
-:func:`moderate` reads the topic.
+It reads ``mm.alerts`` and ``mm.aligned`` live. Each alert is reported at once
+(one line), then confirmed or cleared when the window that should hold its input
+arrives (:class:`app.clients.alertjoin.AlertJoin`); windows are also flagged by their
+own moderation signals (:func:`flag_window`) and summed per stream (:class:`Report`).
+All of that is pure over decoded records, so it tests without a broker; only
+:func:`moderate` reads the topics.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from typing import Any
 from aiokafka.structs import ConsumerRecord
 from rich.table import Table
 
+from app.clients.alertjoin import AlertJoin, Note
 from app.errors import InvalidInputError
 from app.kafka.clients import consume
 from app.settings import Settings
+from schemas.alert import Alert
 from schemas.aligned import window_id
 from schemas.codec import decode_map
 
@@ -144,20 +149,37 @@ class Report:
 
 async def moderate(s: Settings, report: Report, *, count: int | None = None,
                    timeout_s: float = 3600.0,
-                   on_flag: Callable[[Flag], None] | None = None) -> Report:
-    """Read ``mm.aligned`` from the start into ``report`` until ``count`` windows or the timeout.
+                   on_flag: Callable[[Flag], None] | None = None,
+                   join: AlertJoin | None = None,
+                   on_note: Callable[[Note], None] | None = None) -> Report:
+    """Read ``mm.aligned`` (and, with ``join``, ``mm.alerts``) from the start into ``report``
+    and ``join`` until ``count`` windows or the timeout.
 
-    ``report`` is the caller's, so what was counted survives a Ctrl-C.
+    ``report`` and ``join`` are the caller's, so what was counted survives a Ctrl-C.
     """
+    alerts_topic = s.topic("alerts")
+
     def handle(m: ConsumerRecord) -> None:
+        notes: list[Note] = []
         try:
-            flag = report.add(decode_map(m.value))
+            if m.topic == alerts_topic:
+                if join is not None:
+                    notes = join.on_alert(Alert.decode(m.value))
+            else:
+                w = decode_map(m.value)
+                flag = report.add(w)
+                if join is not None:
+                    notes = join.on_window(w)
+                if flag is not None and on_flag is not None:
+                    on_flag(flag)
         except (InvalidInputError, KeyError, TypeError, ValueError):
             report.bad += 1
             return
-        if flag is not None and on_flag is not None:
-            on_flag(flag)
+        if on_note is not None:
+            for n in notes:
+                on_note(n)
 
-    await consume(s, [s.topic("aligned")], handle, timeout_s=timeout_s,
+    topics = [s.topic("aligned")] + ([alerts_topic] if join is not None else [])
+    await consume(s, topics, handle, timeout_s=timeout_s,
                   until=lambda: count is not None and report.windows >= count)
     return report

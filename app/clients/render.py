@@ -6,7 +6,7 @@ import base64
 import json
 from typing import Any
 
-__all__ = ["render_window", "spark", "window_json"]
+__all__ = ["alert_json", "render_alert", "render_window", "spark", "window_json"]
 
 _BARS = " ▁▂▃▄▅▆▇█"
 
@@ -73,3 +73,29 @@ def window_json(w: dict[str, Any], *, full: bool = False) -> str:
                     else row) for m, row in w["grid"].items()}
         w = {**w, "grid": grid}
     return json.dumps(_jsonable(w), ensure_ascii=False, separators=(",", ":"))
+
+
+def render_alert(a: dict[str, Any]) -> str:
+    """One alert (a decoded ``mm.alerts`` map) as one line."""
+    raw = a.get("detail")
+    d: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    kind, ts = a.get("kind"), a.get("ts")
+    when = f"{ts / 1e6:12.2f}s" if isinstance(ts, int | float) else "?"
+    if kind == "blind":
+        what = (f"{d.get('skipped', '?')}/{d.get('frames', '?')} frames unscored "
+                f"(level {d.get('level', '?')}, {d.get('reason', '?')})")
+    elif d.get("terms"):
+        what = "terms=" + ",".join(str(t) for t in d["terms"])
+    else:
+        score = a.get("score")
+        what = f"score={score:.3f}" if isinstance(score, int | float) else "score=?"
+    conf = a.get("skew_confidence")
+    skew = (f"skew {a.get('offset_ms', 0):+.0f}ms c{conf:.1f}"
+            if isinstance(conf, int | float) and a.get("modality") != "image" else "")
+    return (f"ALERT {a.get('stream_id', '?')!s:<10} [{when}] {a.get('modality', '?')}"
+            f" {kind} {what} -> {a.get('window_id', '?')} {skew}").rstrip()
+
+
+def alert_json(a: dict[str, Any]) -> str:
+    """One alert as one JSON line (bytes as base64)."""
+    return json.dumps(_jsonable(a), ensure_ascii=False, separators=(",", ":"))

@@ -22,10 +22,17 @@ from aiokafka.structs import ConsumerRecord
 from app.errors import MmsyncError
 from app.settings import Settings
 
-__all__ = ["CONTRACT_TOPICS", "auth_kwargs", "consume", "create_topics", "default_partition",
-           "make_consumer", "make_producer", "ssl_context", "wait_for_broker"]
+__all__ = ["COMPACTED_TOPICS", "CONTRACT_TOPICS", "INTERNAL_TOPICS", "auth_kwargs", "consume",
+           "create_topics", "default_partition", "make_consumer", "make_producer", "ssl_context",
+           "wait_for_broker"]
 
-CONTRACT_TOPICS = ("text", "image", "audio", "features", "aligned", "late", "dlq")
+CONTRACT_TOPICS = ("text", "image", "audio", "features", "aligned", "late", "alerts", "dlq")
+#: The workers' own topics, not in the external contract: each stream's skew estimate,
+#: from the aligner to every worker's feature agents (app/runtime/skewboard.py).
+INTERNAL_TOPICS = ("skew",)
+#: Only the newest record per key matters: compacted where the broker honours it
+#: (the embedded Tansu accepts the setting and keeps everything: docs/broker.md).
+COMPACTED_TOPICS = frozenset({"skew"})
 #: Largest record we send: an 8 MiB frame plus its envelope (dead-lettered copy included).
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 #: Embedded broker only: it answers an empty fetch after half the client's wait
@@ -141,13 +148,17 @@ async def wait_for_broker(s: Settings, timeout_s: float = 30.0) -> None:
                       f"{timeout_s:g} s: {last}")
 
 
-async def create_topics(s: Settings, names: tuple[str, ...] = CONTRACT_TOPICS) -> None:
-    """Create the contract topics with ``s.partitions`` partitions (co-partitioned)."""
+async def create_topics(s: Settings,
+                        names: tuple[str, ...] = (*CONTRACT_TOPICS, *INTERNAL_TOPICS)) -> None:
+    """Create the contract (and internal) topics with ``s.partitions`` partitions
+    (co-partitioned); ``COMPACTED_TOPICS`` with ``cleanup.policy=compact``."""
     admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, **auth_kwargs(s))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(s.topic(n), num_partitions=s.partitions, replication_factor=1)
+        new = [NewTopic(s.topic(n), num_partitions=s.partitions, replication_factor=1,
+                        topic_configs={"cleanup.policy": "compact"} if n in COMPACTED_TOPICS
+                        else {})
                for n in names if s.topic(n) not in existing]
         if new:
             try:

@@ -16,10 +16,16 @@ from typing import Any
 import faust
 
 from app.cache.features import FeatureMemo
-from app.kafka.clients import CONTRACT_TOPICS, MAX_REQUEST_BYTES
+from app.kafka.clients import (
+    COMPACTED_TOPICS,
+    CONTRACT_TOPICS,
+    INTERNAL_TOPICS,
+    MAX_REQUEST_BYTES,
+)
 from app.runtime.delivery import Send
 from app.runtime.metrics import Metrics
 from app.runtime.offsets import GroupOffsets, LagReporter
+from app.runtime.skewboard import SkewBoard, follow
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 
@@ -57,6 +63,8 @@ class Runtime:
     #: one thread per modality keeps each modality's batches in order while
     #: keeping decoding and inference off the event loop.
     pools: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
+    #: every stream's newest skew estimate, read from PREFIX.skew (for the alerts)
+    skew_board: SkewBoard = field(default_factory=SkewBoard)
     _memo: FeatureMemo | None = None
 
     def feature_memo(self) -> FeatureMemo | None:
@@ -123,9 +131,12 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         conf["broker_credentials"] = _faust_credentials(s)
     app = _App(**conf, embedded=s.broker_embedded)
     topics = {name: app.topic(s.topic(name), key_type=bytes, value_type=bytes,
-                              partitions=s.partitions) for name in CONTRACT_TOPICS}
+                              partitions=s.partitions,
+                              compacting=True if name in COMPACTED_TOPICS else None)
+              for name in (*CONTRACT_TOPICS, *INTERNAL_TOPICS)}
     rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics or Metrics(),
-                 offsets=GroupOffsets(s, app.conf.id))
+                 offsets=GroupOffsets(s, app.conf.id),
+                 skew_board=SkewBoard(window_us=s.window_ms * 1000))
 
     @app.task(on_leader=False)
     async def _declare_topics() -> None:
@@ -133,6 +144,12 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         # Tansu: declare every contract topic up front (docs/broker.md).
         for t in topics.values():
             await t.maybe_declare()
+
+    if s.alerts and s.enabled_agents & {"text", "audio"}:
+        # Alerts of modalities other than the reference need the aligner's skew estimate.
+        @app.task(on_leader=False)
+        async def _follow_skew() -> None:
+            await follow(s, rt.skew_board, declare=topics["skew"].maybe_declare)
 
     lag = LagReporter(rt.offsets, rt.metrics)
 

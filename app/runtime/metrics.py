@@ -15,10 +15,11 @@ import subprocess
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from app.settings import MODALITIES
+from schemas.alert import KINDS
 from schemas.errors import REASONS
 
-__all__ = ["CACHE_RESULTS", "DLQ_REASONS", "DYNAMIC_LABELS", "OUTCOMES", "STAGES", "Metrics",
-           "gpu_memory_bytes"]
+__all__ = ["ALERT_SERIES", "ALERT_SKIP_REASONS", "CACHE_RESULTS", "DLQ_REASONS",
+           "DYNAMIC_LABELS", "OUTCOMES", "STAGES", "Metrics", "gpu_memory_bytes"]
 
 #: ``mmsync_events_total{outcome}``: the aligner's placements plus the dead-letter path.
 OUTCOMES = ("merged", "late", "duplicate", "dead_letter")
@@ -29,11 +30,18 @@ CACHE_RESULTS = ("hit", "miss", "expired", "corrupt")
 #: ``mmsync_stage_seconds{stage}``: per item, per batch and once per model load.
 STAGES = ("queue", "decode", "model", "cache", "align",
           *(f"extract_{m}" for m in MODALITIES), *(f"load_{m}" for m in MODALITIES))
+#: ``mmsync_alerts_total{modality,kind}``: each alert kind with the modality it comes from
+#: (schemas.alert.KINDS).
+ALERT_SERIES = tuple((modality, kind) for kind, modality in KINDS.items())
+#: ``mmsync_alert_skipped_total{reason}``: why a frame went unscored (app.alerts.detect).
+ALERT_SKIP_REASONS = ("sampled", "off")
 #: Families whose label values exist only at run time: the topic-partitions assigned to
 #: this worker (set by the 5 s lag timer once it owns some).
 DYNAMIC_LABELS = frozenset({"mmsync_consumer_lag"})
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Alert latency, s: finer than the window's, whose floor is the 1 s window itself.
+_ALERT_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0)
 _STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                   2.5, 5.0, 10.0)
 
@@ -90,6 +98,15 @@ class Metrics:
                                           registry=r)
         self.open_records = Gauge("mmsync_open_records", "Records held in open windows",
                                   registry=r)
+        self.alerts = Counter("mmsync_alerts_total", "Moderation alerts sent to PREFIX.alerts",
+                              ["modality", "kind"], registry=r)
+        self.alert_latency = Histogram("mmsync_alert_latency_seconds",
+                                       "Input record Kafka timestamp to its alert's send",
+                                       buckets=_ALERT_BUCKETS, registry=r)
+        self.alert_skipped = Counter("mmsync_alert_skipped_total",
+                                     "Inputs not checked for alerts: frames left unscored under"
+                                     " load (reported by blind alerts)",
+                                     ["modality", "reason"], registry=r)
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -109,6 +126,10 @@ class Metrics:
             self.dlq.labels(reason)
         for stage in STAGES:
             self.stage.labels(stage)
+        for mod, kind in ALERT_SERIES:
+            self.alerts.labels(mod, kind)
+        for reason in ALERT_SKIP_REASONS:
+            self.alert_skipped.labels("image", reason)
 
 
 def gpu_memory_bytes(pid: int, timeout_s: float = 5.0) -> int | None:

@@ -214,7 +214,8 @@ def test_dashboard_shows_what_operators_need() -> None:
               "mmsync_stage_seconds", "mmsync_cache_requests", "mmsync_consumer_lag",
               "mmsync_offset_ms", "mmsync_dlq", "mmsync_late", "mmsync_batch_size",
               "mmsync_degradation_level", "mmsync_gpu_memory_bytes",
-              "process_resident_memory_bytes"):
+              "process_resident_memory_bytes", "mmsync_alerts", "mmsync_alert_latency_seconds",
+              "mmsync_alert_skipped"):
         assert m in used, m
     text = "\n".join(_exprs())
     for q in ("0.5", "0.95", "0.99"):

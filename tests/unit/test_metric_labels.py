@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.runtime.metrics import (
+    ALERT_SERIES,
+    ALERT_SKIP_REASONS,
     CACHE_RESULTS,
     DLQ_REASONS,
     DYNAMIC_LABELS,
@@ -78,6 +80,11 @@ def test_known_label_values_are_there_at_zero() -> None:
         assert reg.get_sample_value("mmsync_dlq_total", {"error": reason}) == 0
     for stage in STAGES:
         assert reg.get_sample_value("mmsync_stage_seconds_count", {"stage": stage}) == 0
+    for mod, kind in ALERT_SERIES:
+        assert reg.get_sample_value("mmsync_alerts_total", {"modality": mod, "kind": kind}) == 0
+    for reason in ALERT_SKIP_REASONS:
+        assert reg.get_sample_value("mmsync_alert_skipped_total",
+                                    {"modality": "image", "reason": reason}) == 0
 
 
 def test_dead_letter_reasons_are_the_ones_the_code_raises() -> None:
@@ -140,3 +147,22 @@ def test_stages_are_the_ones_the_code_observes() -> None:
         if _name(call.func) == "labels" and _owner(call.func) == "stage":
             found |= _stage_values(call, parents)
     assert found == set(STAGES)
+
+
+def test_alert_kinds_and_skip_reasons_are_the_ones_the_detector_makes():
+    """``Detector._alert(rec, KIND, ...)`` calls and the blind record's ``"reason"``."""
+    kinds: set[str] = set()
+    reasons: set[str] = set()
+    for path, call, _ in _calls():
+        if path.parts[-2:] != ("alerts", "detect.py"):
+            continue
+        if _name(call.func) == "_alert" and (s := _str(_arg(call, 1, "kind"))):
+            kinds.add(s)
+    tree = ast.parse((ROOT / "app" / "alerts" / "detect.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if _str(k) == "reason" and isinstance(v, ast.IfExp):
+                    reasons |= {x for x in (_str(v.body), _str(v.orelse)) if x}
+    assert kinds == {kind for _, kind in ALERT_SERIES}
+    assert reasons == set(ALERT_SKIP_REASONS)

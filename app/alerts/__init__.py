@@ -1,0 +1,1 @@
+"""Moderation alerts: detection (pure) and their publication by the feature agents."""

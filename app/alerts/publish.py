@@ -1,0 +1,56 @@
+"""Sending a batch's alerts to ``PREFIX.alerts`` and counting them (the feature agents' part).
+
+Detection is :class:`app.alerts.detect.Detector` (pure); the skew comes from the
+worker's :class:`app.runtime.skewboard.SkewBoard`. The feature agent calls
+:meth:`AlertPublisher.publish` with a batch's outputs as soon as they exist, before it
+sends the feature records: the alert does not wait for anything downstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from app.alerts.detect import Detector, Thresholds
+from app.features.text import TermMatcher
+
+if TYPE_CHECKING:
+    from app.runtime.faust_app import Runtime
+
+__all__ = ["AlertPublisher"]
+
+log = logging.getLogger(__name__)
+
+
+class AlertPublisher:
+    def __init__(self, rt: Runtime) -> None:
+        s = rt.settings
+        ocr = None
+        if s.alert_ocr_terms and s.ocr_every_n_frames:
+            ocr = TermMatcher.from_files(s.terms_paths)  # the captions' lists
+        self.detector = Detector(Thresholds.from_settings(s), s.topic, ocr,
+                                 models=s.models == "full")
+        self._board = rt.skew_board
+        self._topic = rt.topics["alerts"]
+        self._m = rt.metrics
+
+    async def publish(self, outs: list[Any], level: int) -> None:
+        """Detect, send (keyed by stream_id) and count the alerts of one batch's outputs
+        (feature records and dead letters, as ``FeaturePipeline.process`` returns them);
+        ``level``: the degradation level the batch ran at."""
+        try:
+            res = self.detector.batch(outs, self._board.view, level)
+        except Exception:  # noqa: BLE001 - a detection bug must not stop the features
+            log.exception("alert detection failed on a batch of %d: no alerts for it",
+                          len(outs))
+            return
+        m = self._m
+        for a in res.alerts:
+            await self._topic.send(key=a.stream_id.encode(), value=a.encode())
+            m.alerts.labels(a.modality, a.kind).inc()
+            if a.kind != "blind" and a.kafka_ts_ms > 0:
+                # input record's Kafka timestamp to now, the alert's send, s
+                m.alert_latency.observe(max(0.0, time.time() - a.kafka_ts_ms / 1000))
+        for reason, n in res.skipped.items():
+            m.alert_skipped.labels("image", reason).inc(n)
