@@ -15,8 +15,6 @@ import time
 from functools import partial
 from typing import Any
 
-from aiokafka.errors import KafkaError
-
 from app.alerts.publish import AlertPublisher
 from app.consumed import RawMsg
 from app.features.pipeline import FeaturePipeline
@@ -88,20 +86,11 @@ def register(rt: Runtime, modality: str) -> None:
         consumer = rt.app.consumer
         mine = [tp for tp in consumer.assignment() if tp.topic == source]
         unknown = progress.assigned(tp.partition for tp in mine)
-        if unknown:
-            # where consumption of a newly assigned partition starts: the group's committed
-            # offset, or the log start when there is none (auto_offset_reset=earliest)
-            try:
-                committed = await rt.offsets.committed(tp for tp in mine
-                                                       if tp.partition in unknown)
-                fresh = [tp for tp, off in committed.items() if off < 0]
-                earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
-            except (KafkaError, OSError):
-                committed, earliest = {}, {}  # behind until the broker answers
-            for tp, off in committed.items():
-                start = off if off >= 0 else earliest.get(tp)
-                if start is not None:
-                    progress.started(tp.partition, int(start))
+        if unknown:  # newly assigned: where does their consumption start?
+            starts = await rt.offsets.starts((tp for tp in mine if tp.partition in unknown),
+                                             consumer)
+            for tp, start in starts.items():
+                progress.started(tp.partition, start)
         ends = {tp.partition: end for tp, end in highwaters(mine, consumer.highwater).items()}
         mark = progress.mark(ends, time.time_ns() // 1000)
         if mark is not None:

@@ -62,6 +62,22 @@ class GroupOffsets:
         got = await self._admin.list_consumer_group_offsets(self.group_id, partitions=tps)
         return {tp: (got[tp].offset if tp in got else -1) for tp in tps}
 
+    async def starts(self, partitions: Iterable[TopicPartition], consumer: Any
+                     ) -> dict[TopicPartition, int]:
+        """Where consumption of each partition starts: the group's committed offset, or
+        the log start where it has none (``auto_offset_reset=earliest``). Partitions the
+        broker cannot answer for now are left out (their progress stays unknown)."""
+        try:
+            committed = await self.committed(partitions)
+            fresh = [tp for tp, off in committed.items() if off < 0]
+            earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
+        except (KafkaError, OSError):
+            return {}
+        out = {tp: off for tp, off in committed.items() if off >= 0}
+        out.update({TopicPartition(tp.topic, tp.partition): int(off)
+                    for tp, off in earliest.items()})
+        return out
+
     async def close(self) -> None:
         if self._admin is not None:
             await self._admin.close()
