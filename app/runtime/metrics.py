@@ -56,6 +56,9 @@ class Metrics:
         self.gpu_memory = Gauge("mmsync_gpu_memory_bytes",
                                 "GPU memory this process holds (nvidia-smi), on CUDA only",
                                 registry=r)
+        self.model_info = Gauge("mmsync_model_info",
+                                "1 per model session: where it runs and at what precision",
+                                ["model", "provider", "precision"], registry=r)
         self.open_records = Gauge("mmsync_open_records", "Records held in open windows",
                                   registry=r)
 
