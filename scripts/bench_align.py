@@ -88,7 +88,7 @@ def main() -> int:
         asyncio.run(create_topics(s))
         proc = spawn_worker(worker_env(s), Path(tmp) / "worker.log")
         try:
-            time.sleep(8)  # the worker joins its group (broker-notes.md: 7 to 10 s)
+            time.sleep(8)  # the worker joins its group (docs/broker.md: 7 to 10 s)
             sent = asyncio.run(_publish_paced(s, specs, args.speed))
 
             def done(o: Outputs) -> bool:

@@ -7,53 +7,49 @@ consumption started: with offsets 0-9 held in an open window and 10-30 acked,
 it commits 31, and a crash then loses 0-9 (seen in tests/integration/
 test_scaling.py: records that reached ``mm.features`` and came out nowhere).
 The aligner finishes records out of order (windows of different streams close
-at different times), so it acks through this: an event is acked only once it
-and every earlier event of its partition are done.
+at different times), so it acks through this: an offset is released only once it
+and every earlier offset of its partition are done.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any, Protocol
 
 __all__ = ["OrderedAcks"]
 
 
-class _Ackable(Protocol):
-    def ack(self) -> Any: ...
-
-
 class OrderedAcks:
-    """Per partition, events in arrival (offset) order; acks the done prefix."""
+    """Per partition, offsets in arrival order; releases the done prefix."""
 
     def __init__(self) -> None:
-        self._q: dict[int, OrderedDict[int, list[Any]]] = {}
+        #: partition -> offset -> done
+        self._q: dict[int, OrderedDict[int, bool]] = {}
 
-    def hold(self, partition: int, offset: int, event: _Ackable) -> None:
-        self._q.setdefault(partition, OrderedDict())[offset] = [event, False]
+    def hold(self, partition: int, offset: int) -> None:
+        self._q.setdefault(partition, OrderedDict())[offset] = False
 
-    def done(self, partition: int, offset: int) -> int:
-        """Mark one event done; ack every done event at the head. Returns how many."""
+    def done(self, partition: int, offset: int) -> list[int]:
+        """Mark one offset done; returns the offsets at the head that may now be acked,
+        in order (empty while an earlier one is still open)."""
         q = self._q.get(partition)
         if q is None or offset not in q:
-            return 0
-        q[offset][1] = True
-        n = 0
+            return []
+        q[offset] = True
+        out: list[int] = []
         while q:
-            first = next(iter(q.values()))
-            if not first[1]:
+            first, is_done = next(iter(q.items()))
+            if not is_done:
                 break
             q.popitem(last=False)
-            first[0].ack()
-            n += 1
-        return n
+            out.append(first)
+        return out
 
     def drop(self, partitions: Iterable[int]) -> None:
-        """Forget revoked partitions: their events are no longer ours to ack."""
+        """Forget revoked partitions: their offsets are no longer ours to ack."""
         for p in partitions:
             self._q.pop(p, None)
 
     def waiting(self) -> int:
-        """Events held: not done, or done behind one that is not."""
+        """Offsets held: not done, or done behind one that is not."""
         return sum(len(q) for q in self._q.values())

@@ -23,20 +23,17 @@ duplicate (contract, "Accounting").
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
-
+from app.align.grid import GridSpec, build_window
 from app.align.skew import SkewConfig, StreamSkew
-from app.settings import MODALITIES
+from app.lru import LRU
+from app.settings import MODALITIES, Settings
 from schemas.aligned import AlignedWindow, LateEvent
-from schemas.codec import pack_array, unpack_array
 from schemas.features import FeatureRecord
 
-__all__ = ["AddResult", "Aligner", "AlignerConfig", "StreamState", "build_window"]
+__all__ = ["AddResult", "Aligner", "AlignerConfig", "StreamState"]
 
 #: How many recent seqs per stream and modality are remembered for de-duplication.
 _SEQ_MEMORY = 8192
@@ -58,6 +55,13 @@ class AlignerConfig:
     #: a stream with nothing open and no record for this long (wall clock, s) is
     #: forgotten, so a worker serving ever new streams holds bounded state.
     stream_ttl_s: float = 600.0
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> AlignerConfig:
+        return cls(window_us=s.window_ms * 1000, lateness_us=s.lateness_ms * 1000,
+                   idle_s=s.idle_ms / 1000, rate_hz=s.sync_hz, correct_skew=s.skew_correction,
+                   max_skew_us=s.max_skew_ms * 1000, skew_context_us=s.skew_context_ms * 1000,
+                   stream_ttl_s=s.stream_ttl_s)
 
     @property
     def tick_us(self) -> int:
@@ -90,7 +94,7 @@ class StreamState:
     heard: dict[str, float] = field(default_factory=dict)
     #: every window ending at or before this has been emitted (or never had data).
     closed_until: int = -1
-    seqs: dict[str, OrderedDict[int, None]] = field(default_factory=dict)
+    seqs: dict[str, LRU[int, bool]] = field(default_factory=dict)
     #: the last image scalars, held across window boundaries (sample-and-hold).
     hold: dict[str, float] = field(default_factory=dict)
 
@@ -145,12 +149,12 @@ class Aligner:
     def add(self, rec: FeatureRecord, now: float) -> AddResult:
         st = self._state(rec.stream_id, now)
         if rec.seq is not None:
-            seen = st.seqs.setdefault(rec.modality, OrderedDict())
+            seen = st.seqs.get(rec.modality)
+            if seen is None:
+                seen = st.seqs[rec.modality] = LRU(_SEQ_MEMORY)
             if rec.seq in seen:
                 return AddResult("duplicate")
-            seen[rec.seq] = None
-            if len(seen) > _SEQ_MEMORY:
-                seen.popitem(last=False)
+            seen.put(rec.seq, True)
         W = self.cfg.window_us
         ts = max(0, self.corrected_ts(rec))
         start = ts // W * W
@@ -249,125 +253,20 @@ class Aligner:
     def open_records(self) -> int:
         return sum(len(st.pending) for st in self.streams.values())
 
-
-def _mean_embedding(recs: Iterable[FeatureRecord]) -> dict[str, Any] | None:
-    """The window's mean embedding, unit length, float16 (one per window, not per
-    tick: 1280 numbers x 20 ticks would dwarf the rest of the window)."""
-    embs = [unpack_array(r.feats["emb"]).astype(np.float32) for r in recs if "emb" in r.feats]
-    if not embs:
-        return None
-    m = np.mean(embs, axis=0)
-    norm = float(np.linalg.norm(m))
-    return pack_array((m / norm if norm > 0 else m).astype(np.float16))
-
-
-def _tick_of(ts: int, start: int, tick_us: int, ticks: int) -> int:
-    return min(ticks - 1, max(0, (ts - start) // tick_us))
-
-
-def build_window(
-    aligner: Aligner,
-    stream_id: str,
-    start: int,
-    records: list[FeatureRecord],
-    *,
-    offsets_ms: dict[str, float],
-    confidence: dict[str, float],
-    emitted_at: int,
-) -> AlignedWindow:
-    """Resample the window's records onto the grid and assemble the AlignedWindow.
-
-    image: scalars held from the last frame at or before each tick (frames
-    persist on screen); audio: RMS hops averaged per tick (None where no
-    audio); text: caption presence 1/0 per tick and the tokens at the tick
-    where the caption starts.
-    """
-    cfg = aligner.cfg
-    st = aligner.streams.get(stream_id)
-    hold = st.hold if st is not None else {}
-    T, tick = cfg.ticks, cfg.tick_us
-    counts = dict.fromkeys(cfg.modalities, 0)
-    grid: dict[str, dict[str, Any]] = {}
-    by_mod: dict[str, list[tuple[int, FeatureRecord]]] = {m: [] for m in cfg.modalities}
-    stages: dict[str, float] = {}
-    trace_ids: list[str] = []
-    sources: list[list[Any]] = []
-    nsfw: list[float] = []
-    terms: set[str] = set()
-    for rec in records:
-        counts[rec.modality] = counts.get(rec.modality, 0) + 1
-        by_mod.setdefault(rec.modality, []).append((aligner.corrected_ts(rec), rec))
-        if rec.trace_id:
-            trace_ids.append(rec.trace_id)
-        sources.append([rec.modality, rec.src_partition, rec.src_offset])
-        for stage, secs in rec.stages.items():
-            stages[stage] = stages.get(stage, 0.0) + float(secs)
-        if "nsfw" in rec.feats:
-            nsfw.append(float(rec.feats["nsfw"]))
-        terms.update(rec.feats.get("terms", ()))
-
-    # image: sample-and-hold
-    frames = sorted(by_mod.get("image", []), key=lambda p: p[0])
-    img: dict[str, list[Any]] = {"luma": [None] * T, "change": [None] * T, "nsfw": [None] * T}
-    fi = 0
-    for k in range(T):
-        t_end = start + (k + 1) * tick
-        while fi < len(frames) and frames[fi][0] < t_end:
-            feats = frames[fi][1].feats
-            for name in img:
-                if name in feats:
-                    hold[name] = float(feats[name])
-            fi += 1
-        for name in img:
-            img[name][k] = hold.get(name)
-    # "change" is an event at the frame's tick, not a level: do not hold it.
-    img["change"] = [0.0] * T if frames else [None] * T
-    for ts, rec in frames:
-        k = _tick_of(ts, start, tick, T)
-        img["change"][k] = max(img["change"][k], float(rec.feats.get("change", 0.0)))
-    grid["image"] = img
-
-    grid["image"]["emb"] = _mean_embedding(r for _, r in frames)
-
-    # audio: per-hop series (RMS, speech probability) binned per tick
-    audio: dict[str, Any] = {}
-    for name in ("rms", "speech"):
-        sums = np.zeros(T, dtype=np.float64)
-        ns = np.zeros(T, dtype=np.int64)
-        for ts, rec in by_mod.get("audio", []):
-            if name not in rec.feats:
-                continue
-            vals = unpack_array(rec.feats[name]).astype(np.float64).reshape(-1)
-            hop = int(rec.feats.get("hop_us", 50_000))
-            t = ts + np.arange(len(vals), dtype=np.int64) * hop
-            bins = np.clip((t - start) // tick, 0, T - 1)
-            inside = (t >= start) & (t < start + cfg.window_us)
-            np.add.at(sums, bins[inside], vals[inside])
-            np.add.at(ns, bins[inside], 1)
-        audio[name] = [float(s / n) if n else None for s, n in zip(sums, ns, strict=True)]
-    grid["audio"] = audio
-
-    # text: caption presence and tokens
-    caption = [0.0] * T
-    tokens: list[list[str]] = [[] for _ in range(T)]
-    tick_terms: list[list[str]] = [[] for _ in range(T)]
-    for ts, rec in by_mod.get("text", []):
-        k0 = _tick_of(ts, start, tick, T)
-        k1 = _tick_of(ts + max(rec.dur, tick) - 1, start, tick, T)
-        for k in range(k0, k1 + 1):
-            caption[k] = max(caption[k], float(rec.feats.get("caption", 1.0)))
-        tokens[k0].extend(rec.feats.get("tokens", ()))
-        tick_terms[k0].extend(rec.feats.get("terms", ()))
-    grid["text"] = {"caption": caption, "tokens": tokens, "terms": tick_terms,
-                    "emb": _mean_embedding(r for _, r in by_mod.get("text", []))}
-
-    moderation = {
-        "nsfw_max": max(nsfw) if nsfw else None,
-        "terms": sorted(terms),
-    }
-    return AlignedWindow(
-        stream_id=stream_id, window_start=start, window_end=start + cfg.window_us,
-        rate_hz=cfg.rate_hz, offsets_ms=offsets_ms, confidence=confidence, counts=counts,
-        grid=grid, moderation=moderation, trace_ids=trace_ids, emitted_at=emitted_at,
-        stages=stages, sources=sources,
-    )
+    def window(self, stream_id: str, start: int, records: list[FeatureRecord],
+               emitted_at: int) -> AlignedWindow:
+        """The AlignedWindow of records :meth:`poll` closed, on the grid, with the offsets
+        and confidences of this moment; carries the stream's held image values on."""
+        cfg = self.cfg
+        st = self.streams.get(stream_id)
+        mods = cfg.modalities
+        g = GridSpec(start_us=start, window_us=cfg.window_us, ticks=cfg.ticks,
+                     tick_us=cfg.tick_us)
+        win, held = build_window(
+            stream_id, g, [(self.corrected_ts(r), r) for r in records], rate_hz=cfg.rate_hz,
+            modalities=mods, hold=st.hold if st is not None else {},
+            offsets_ms={m: self.offset_us(stream_id, m) / 1000.0 for m in mods},
+            confidence={m: self.confidence(stream_id, m) for m in mods}, emitted_at=emitted_at)
+        if st is not None:
+            st.hold = held
+        return win

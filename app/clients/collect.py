@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.kafka.clients import make_consumer
+from aiokafka.structs import ConsumerRecord
+
+from app.kafka.clients import consume
 from app.settings import Settings
 from schemas.aligned import window_id
 from schemas.codec import decode_map
@@ -100,23 +101,16 @@ async def collect(
 ) -> Outputs:
     """Read aligned, late and dlq from the beginning until ``until(outputs)`` or the timeout."""
     kinds = {s.topic("aligned"): "aligned", s.topic("late"): "late", s.topic("dlq"): "dlq"}
-    consumer = make_consumer(s, *kinds)
     out = Outputs()
-    await consumer.start()
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not until(out) and loop.time() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for tp, msgs in batch.items():
-                for m in msgs:
-                    if keys is not None and m.key not in keys:
-                        continue
-                    kind = kinds[tp.topic]
-                    value = decode_map(m.value)
-                    out.add(kind, value)
-                    if kind == "aligned" and on_window is not None:
-                        on_window(value)
-    finally:
-        await consumer.stop()
+
+    def handle(m: ConsumerRecord) -> None:
+        if keys is not None and m.key not in keys:
+            return
+        kind = kinds[m.topic]
+        value = decode_map(m.value)
+        out.add(kind, value)
+        if kind == "aligned" and on_window is not None:
+            on_window(value)
+
+    await consume(s, kinds, handle, until=lambda: until(out), timeout_s=timeout_s)
     return out

@@ -7,15 +7,15 @@ functions over decoded window maps, so they test without a broker; only
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka.structs import ConsumerRecord
 from rich.table import Table
 
 from app.errors import InvalidInputError
-from app.kafka.clients import make_consumer
+from app.kafka.clients import consume
 from app.settings import Settings
 from schemas.aligned import window_id
 from schemas.codec import decode_map
@@ -149,23 +149,15 @@ async def moderate(s: Settings, report: Report, *, count: int | None = None,
 
     ``report`` is the caller's, so what was counted survives a Ctrl-C.
     """
-    consumer = make_consumer(s, s.topic("aligned"))
-    await consumer.start()
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while (count is None or report.windows < count) and loop.time() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for msgs in batch.values():
-                for m in msgs:
-                    try:
-                        w = decode_map(m.value)
-                        flag = report.add(w)
-                    except (InvalidInputError, KeyError, TypeError, ValueError):
-                        report.bad += 1
-                        continue
-                    if flag is not None and on_flag is not None:
-                        on_flag(flag)
-    finally:
-        await consumer.stop()
+    def handle(m: ConsumerRecord) -> None:
+        try:
+            flag = report.add(decode_map(m.value))
+        except (InvalidInputError, KeyError, TypeError, ValueError):
+            report.bad += 1
+            return
+        if flag is not None and on_flag is not None:
+            on_flag(flag)
+
+    await consume(s, [s.topic("aligned")], handle, timeout_s=timeout_s,
+                  until=lambda: count is not None and report.windows >= count)
     return report

@@ -6,18 +6,20 @@ import asyncio
 import re
 import time
 import wave
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from aiokafka.structs import RecordMetadata
 from rich.progress import Progress
 
 from app.kafka.clients import make_producer
 from app.settings import Settings
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event, sniff_image
 
-__all__ = ["Published", "image_records", "paced", "parse_srt", "publish", "srt_records",
-           "text_records", "wav_records"]
+__all__ = ["OnSent", "Published", "Record", "image_records", "paced", "parse_srt", "publish",
+           "srt_records", "text_records", "wav_records"]
 
 Record = tuple[str, bytes | None, bytes]
 
@@ -40,12 +42,15 @@ async def _aiter(records: Iterable[Record] | AsyncIterable[Record]) -> AsyncIter
             yield r
 
 
-async def paced(records: Iterable[tuple[int, Record]], speed: float = 1.0
-                ) -> AsyncIterator[Record]:
-    """(ts, record) pairs released at their media time (``speed`` x real time) from the first."""
+async def paced(records: Iterable[tuple[int, Record]], speed: float = 1.0, *,
+                stop: asyncio.Event | None = None) -> AsyncIterator[Record]:
+    """(ts, record) pairs released at their media time (``ts`` in us, ``speed`` x real
+    time) counted from the first; ends early once ``stop`` is set."""
     t0: float | None = None
     ts0 = 0
     for ts, rec in records:
+        if stop is not None and stop.is_set():
+            return
         if t0 is None:
             t0, ts0 = time.monotonic(), ts
         delay = t0 + (ts - ts0) / 1e6 / speed - time.monotonic()
@@ -54,30 +59,43 @@ async def paced(records: Iterable[tuple[int, Record]], speed: float = 1.0
         yield rec
 
 
+#: Called once per record after the broker acknowledged it: (record, its metadata:
+#: topic, partition, offset, timestamp).
+OnSent = Callable[[Record, RecordMetadata], None]
+
+
 async def publish(s: Settings, records: Iterable[Record] | AsyncIterable[Record], *,
-                  progress: bool = True, total: int | None = None) -> Published:
+                  progress: bool = True, total: int | None = None,
+                  on_sent: OnSent | None = None, **producer_kw: Any) -> Published:
     """Send (modality, key, value) records to ``prefix.modality``; acks=all, then flush.
 
-    ``records`` may be lazy (a generator, or an async iterable such as :func:`paced`).
+    ``records`` may be lazy (a generator, or an async iterable such as :func:`paced`);
+    ``producer_kw`` override the producer's settings (``linger_ms``, say).
     """
     counts: dict[str, int] = {}
-    producer = make_producer(s)
+    producer = make_producer(s, **producer_kw)
     await producer.start()
     try:
         with Progress(disable=not progress, transient=True) as bar:
             task = bar.add_task("publishing", total=total)
-            futures = []
-            async for modality, key, value in _aiter(records):
-                futures.append(await producer.send(s.topic(modality), value=value, key=key))
+            sent: list[tuple[Record, asyncio.Future[RecordMetadata]]] = []
+
+            async def settle() -> None:
+                for rec, fut in sent:
+                    md = await fut
+                    if on_sent is not None:
+                        on_sent(rec, md)
+                sent.clear()
+
+            async for rec in _aiter(records):
+                modality, key, value = rec
+                sent.append((rec, await producer.send(s.topic(modality), value=value, key=key)))
                 counts[modality] = counts.get(modality, 0) + 1
                 bar.advance(task)
-                if len(futures) >= 512:
-                    for f in futures:
-                        await f
-                    futures.clear()
-            for f in futures:
-                await f
-        await producer.flush()
+                if len(sent) >= 512:
+                    await settle()
+            await producer.flush()
+            await settle()
     finally:
         await producer.stop()
     return Published(counts)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from app.cache.features import FeatureMemo
+from app.features.degrade import Level
 from app.features.light import AUDIO_HOP_US, audio_signals, pcm_to_mono
 from app.features.onnx import ModelRuntime
+from app.lru import LRU
 from schemas.codec import pack_array
 from schemas.events import AudioChunk
 
@@ -119,8 +120,11 @@ class AudioExtractor:
         self._cache = cache
         self._mel = LogMel()
         self._vad: Any = None
-        self._states: OrderedDict[str, _VadState] = OrderedDict()
+        self._states: LRU[str, _VadState] = LRU(_MAX_STREAMS)
         self.load_s: dict[str, float] = {}
+
+    def set_level(self, level: Level) -> None:
+        """Audio has no model worth dropping under load (Silero costs about 1 ms per chunk)."""
 
     def load(self) -> None:
         if self._vad is None:
@@ -130,11 +134,7 @@ class AudioExtractor:
             self.load_s["silero_vad"] = time.perf_counter() - t0
 
     def _state(self, stream: str) -> _VadState:
-        st = self._states.pop(stream, None) or _VadState()
-        self._states[stream] = st
-        if len(self._states) > _MAX_STREAMS:
-            self._states.popitem(last=False)
-        return st
+        return self._states.get_or_create(stream, _VadState)
 
     def speech(self, stream: str, chunks: list[np.ndarray], hops: list[int]) -> list[np.ndarray]:
         """P(speech) per 50 ms hop for consecutive 16 kHz chunks of one stream."""

@@ -14,7 +14,6 @@ import itertools
 import logging
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from app.features.light import THUMB, ImageSignals, decode_gray_thumb, decode_re
 from app.features.onnx import CPU as CPU_PROVIDER
 from app.features.onnx import ModelRuntime, ModelSession, atomic_write
 from app.features.quantize import Calibration
+from app.lru import LRU
 from schemas.codec import pack_array
 from schemas.events import FrameEvent
 
@@ -163,6 +163,17 @@ class _Anchor:
 
 
 @dataclass(slots=True)
+class _Stream:
+    """What the extractor remembers of one stream."""
+    #: the last frame whose model features were computed (None: none usable)
+    anchor: _Anchor | None = None
+    #: frames seen (for OCR sampling)
+    frames: int = 0
+    #: new frames since the models last ran on one (for degraded sampling)
+    since: int = 0
+
+
+@dataclass(slots=True)
 class _Item:
     ev: FrameEvent
     thumb: np.ndarray
@@ -198,11 +209,8 @@ class ImageExtractor:
         self._threads = threads
         self._cache = cache
         self._signals = ImageSignals()
-        self._anchors: OrderedDict[str, _Anchor] = OrderedDict()
-        self._frames: dict[str, int] = {}
-        #: new frames per stream since the models last ran on one (for sampling)
-        self._since: dict[str, int] = {}
-        #: the degradation level's rules (app.features.degrade), set by the pipeline per batch
+        self._streams: LRU[str, _Stream] = LRU(_MAX_STREAMS)
+        #: the degradation level's rules (app.features.degrade), see set_level
         self.level: Level = LEVELS[0]
         #: content key -> the item of this batch that computes it (reset per batch)
         self._batch: dict[bytes, _Item] = {}
@@ -214,6 +222,10 @@ class ImageExtractor:
         #: in load() from what scripts/bench_extract.py measured for the precision
         self._cost_ratio = 0.4
         self.load_s: dict[str, float] = {}
+
+    def set_level(self, level: Level) -> None:
+        """Degradation (app.features.degrade): which new frames the models see, OCR on/off."""
+        self.level = level
 
     @property
     def version(self) -> str:
@@ -303,9 +315,9 @@ class ImageExtractor:
         thumb = decode_gray_thumb(ev.data, ev.fmt)
         light = self._signals(ev, thumb)
         ph = average_hash(thumb)
-        n = self._frames.get(sid, 0)
-        self._frames[sid] = n + 1
-        prev = self._anchors.pop(sid, None)
+        st = self._streams.get_or_create(sid, _Stream)
+        n, st.frames = st.frames, st.frames + 1
+        prev = st.anchor
         lv = self.level
         ocr_every = self._ocr_every * (1 if lv.image_every == 1 else 2)
         ocr = lv.ocr and bool(ocr_every) and n % ocr_every == 0
@@ -318,28 +330,23 @@ class ImageExtractor:
             if self._cache is not None:
                 it.key = self._cache.key("image", ev.data, self.version)
                 hit = self._cache.get("image", it.key)
-            since = self._since.get(sid, 0)
             if hit is not None and "nsfw" in hit and "emb" in hit:
                 it.anchor.feats = hit
             elif it.key is not None and it.key in self._batch:
                 it.twin = self._batch[it.key]
             elif lv.image_every == 0:
                 it.held = True  # no model features at all at this level
-            elif since + 1 < lv.image_every and prev is not None:
+            elif st.since + 1 < lv.image_every and prev is not None:
                 # Sampled out: hold the stream's last features (the previous frame's, which
                 # may be computed later in this same batch), keep its anchor.
                 it.anchor, it.held, it.ocr = prev, True, False
-                self._since[sid] = since + 1
+                st.since += 1
             else:
                 it.rgb = decode_rgb(ev.data, ev.fmt)
-                self._since[sid] = 0
+                st.since = 0
                 if it.key is not None:
                     self._batch[it.key] = it
-        self._anchors[sid] = it.anchor
-        if len(self._anchors) > _MAX_STREAMS:
-            old, _ = self._anchors.popitem(last=False)
-            self._frames.pop(old, None)
-            self._since.pop(old, None)
+        st.anchor = it.anchor
         return it
 
     def run(self, events: list[FrameEvent]) -> list[dict[str, Any] | Exception]:
@@ -359,8 +366,9 @@ class ImageExtractor:
                 emb, probs = self.embed_nsfw([it.rgb for it in fresh if it.rgb is not None])
             except Exception:
                 for it in fresh:  # an anchor without features must not be reused
-                    if self._anchors.get(it.ev.stream_id) is it.anchor:
-                        del self._anchors[it.ev.stream_id]
+                    st = self._streams.get(it.ev.stream_id)
+                    if st is not None and st.anchor is it.anchor:
+                        st.anchor = None
                 raise
             for it, e, p in zip(fresh, emb, probs, strict=True):
                 it.anchor.feats = {"nsfw": float(p), "emb": pack_array(e.astype(np.float16))}

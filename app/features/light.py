@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import simplejpeg
 from PIL import Image, UnidentifiedImageError
 
 from app.errors import InvalidInputError
+from app.lru import LRU
 from schemas.codec import pack_array
 from schemas.events import AudioChunk, FrameEvent, TextEvent
 
@@ -90,17 +90,14 @@ class ImageSignals:
     """Luminance and change; remembers each stream's previous thumbnail (bounded LRU)."""
 
     def __init__(self, max_streams: int = _MAX_STREAMS) -> None:
-        self._prev: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._max = max_streams
+        self._prev: LRU[str, np.ndarray] = LRU(max_streams)
 
     def __call__(self, ev: FrameEvent, thumb: np.ndarray | None = None) -> dict[str, Any]:
         if thumb is None:
             thumb = decode_gray_thumb(ev.data, ev.fmt)
-        prev = self._prev.pop(ev.stream_id, None)
+        prev = self._prev.get(ev.stream_id)
         change = 0.0 if prev is None else float(np.mean(np.abs(thumb - prev)))
-        self._prev[ev.stream_id] = thumb
-        if len(self._prev) > self._max:
-            self._prev.popitem(last=False)
+        self._prev.put(ev.stream_id, thumb)
         return {"luma": float(thumb.mean()), "change": change}
 
 
@@ -133,7 +130,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 def tokenize(text: str) -> list[str]:
     """jieba for text with Chinese characters, a Unicode word split otherwise."""
     if _CJK.search(text):
-        import jieba  # loaded lazily: 1.4 s the first time (broker-notes.md)
+        import jieba  # loaded lazily: 1.4 s the first time (docs/broker.md)
 
         return [t for t in jieba.lcut(text) if t.strip() and not _is_punct(t)]
     return [w.lower() for w in _WORD.findall(text)]

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from app.errors import TransientError
+
 if TYPE_CHECKING:
     from app.features.quantize import Calibration
 
@@ -131,7 +133,8 @@ class ModelSession:
                 a, b = self._run_split(x[:half], False), self._run_split(x[half:], False)
                 return [np.concatenate([p, q]) for p, q in zip(a, b, strict=True)]
             if self._cpu_factory is None:
-                raise
+                # retriable: the pipeline retries this record, then dead-letters it
+                raise TransientError(f"{self.name}: out of memory on one item") from exc
             log.warning("%s: out of memory on one item, running it on the CPU", self.name)
             if self._cpu is None:
                 self._cpu = self._cpu_factory()

@@ -4,19 +4,29 @@ Runs in a worker thread (one per modality, so each stream's order holds). A
 batch is decoded first, then each model runs once on all of it: batching is
 where the models' throughput comes from (``scripts/bench_extract.py``).
 With ``models="light"`` only the cheap aligner signals are computed.
+
+Failures. A record that fails validation or decoding is dead-lettered with
+its reason (``InvalidInputError``). When an extractor raises anything else on
+a batch, the batch is run again one record at a time, so one poison record
+cannot take its neighbours with it: a record that raises
+:class:`app.errors.TransientError` (retriable: a GPU out of memory with no CPU
+fallback) is retried up to ``_RETRIES`` times with a growing pause and then
+dead-lettered as ``retries_exhausted``; any other exception on a record alone
+dead-letters it as ``extract_failed``. A worker never crashes on data.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from app.cache.features import FeatureMemo
 from app.consumed import RawMsg, dead_letter
-from app.errors import InvalidInputError
+from app.errors import InvalidInputError, MmsyncError
 from app.features.audio import AudioExtractor
-from app.features.degrade import LEVELS, Degrader
+from app.features.degrade import LEVELS, Degrader, Level
 from app.features.image import ImageExtractor
 from app.features.light import ImageSignals, audio_signals, text_signals
 from app.features.onnx import ModelRuntime
@@ -26,15 +36,37 @@ from schemas.dead_letter import DeadLetter
 from schemas.events import AudioChunk, Event, FrameEvent, Limits, TextEvent, decode_event
 from schemas.features import FeatureRecord
 
-__all__ = ["FeaturePipeline"]
+__all__ = ["Extractor", "FeaturePipeline"]
 
 log = logging.getLogger(__name__)
 
-_Result = dict[str, Any] | Exception
+#: What an extractor gives per event: its features, or the error for that event.
+Result = dict[str, Any] | Exception
+#: Retries of a record that raised a TransientError alone, and the first pause, s
+#: (doubling: 0.05, 0.1, 0.2 s; bounded so a modality thread stalls well under 1 s).
+_RETRIES = 3
+_RETRY_PAUSE_S = 0.05
+
+
+class Extractor(Protocol):
+    """One modality's feature extractor (``app/features/{image,audio,text}.py``)."""
+
+    #: seconds each model took to load, by model name (for the ``load_*`` stage)
+    load_s: dict[str, float]
+
+    def load(self) -> None:
+        """Load (and the first time export) the models; idempotent."""
+
+    def run(self, events: list[Any]) -> list[Result]:
+        """One result per event, in order; InvalidInputError for a bad event. May raise
+        for the whole batch (a model failure)."""
+
+    def set_level(self, level: Level) -> None:
+        """Apply a degradation level (``app.features.degrade``): which models run."""
 
 
 class _Light:
-    """The light profile: per-event signals, no models."""
+    """The light profile: per-event signals, no models (so no degradation either)."""
 
     def __init__(self) -> None:
         self._image = ImageSignals()
@@ -43,8 +75,11 @@ class _Light:
     def load(self) -> None:
         return None
 
-    def run(self, events: list[Any]) -> list[_Result]:
-        out: list[_Result] = []
+    def set_level(self, level: Level) -> None:
+        return None
+
+    def run(self, events: list[Any]) -> list[Result]:
+        out: list[Result] = []
         for ev in events:
             try:
                 if isinstance(ev, FrameEvent):
@@ -64,36 +99,43 @@ class FeaturePipeline:
     """Per-modality extractors, built lazily in the thread that first uses them.
 
     ``cache`` (the worker's, shared by its modality threads) memoises the
-    content-pure model features; the light profile never uses it.
+    content-pure model features; the light profile never uses it. ``clock``
+    (wall s: queueing delay against Kafka timestamps), ``monotonic`` (s: the
+    degrader's periods) and ``sleep`` (retry pauses) are injectable for tests.
     """
 
-    def __init__(self, s: Settings, cache: FeatureMemo | None = None) -> None:
+    def __init__(self, s: Settings, cache: FeatureMemo | None = None, *,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = s
         self.cache = cache if s.models == "full" else None
         self.limits = Limits(max_text_bytes=s.max_text_bytes, max_image_bytes=s.max_image_bytes,
                              max_audio_bytes=s.max_audio_bytes, max_future_s=s.max_future_s)
         self.runtime = ModelRuntime.from_settings(s)
-        self._extractors: dict[str, Any] = {}
+        self._extractors: dict[str, Extractor] = {}
         self.degrader = Degrader(lag_s=s.degrade_lag_ms / 1000, enabled=s.degrade)
+        self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
 
-    def extractor(self, modality: str) -> Any:
+    def extractor(self, modality: str) -> Extractor:
         ex = self._extractors.get(modality)
         if ex is None:
-            s = self.settings
-            if s.models == "light":
-                ex = _Light()
-            elif modality == "image":
-                ex = ImageExtractor(self.runtime, s.ocr_every_n_frames, s.image_dedup,
-                                    self.runtime.threads, self.cache)
-            elif modality == "audio":
-                ex = AudioExtractor(self.runtime, self.cache)
-            elif modality == "text":
-                ex = TextExtractor(TermMatcher.from_files(s.terms_paths), s.text_embedding,
-                                   self.runtime.threads, self.cache)
-            else:
-                raise ValueError(f"unknown modality {modality!r}")
-            self._extractors[modality] = ex
+            ex = self._extractors[modality] = self._build(modality)
         return ex
+
+    def _build(self, modality: str) -> Extractor:
+        s = self.settings
+        if s.models == "light":
+            return _Light()
+        if modality == "image":
+            return ImageExtractor(self.runtime, s.ocr_every_n_frames, s.image_dedup,
+                                  self.runtime.threads, self.cache)
+        if modality == "audio":
+            return AudioExtractor(self.runtime, self.cache)
+        if modality == "text":
+            return TextExtractor(TermMatcher.from_files(s.terms_paths), s.text_embedding,
+                                 self.runtime.threads, self.cache)
+        raise ValueError(f"unknown modality {modality!r}")
 
     def warm(self, modality: str) -> dict[str, float]:
         """Load (and export, the first time) the modality's models; seconds per model."""
@@ -101,33 +143,48 @@ class FeaturePipeline:
         ex.load()
         return dict(ex.load_s)
 
-    def features(self, ev: Event) -> dict[str, Any]:
-        """Features of one event (a batch of one); raises what the extractor raised."""
-        modality = ("image" if isinstance(ev, FrameEvent) else
-                    "audio" if isinstance(ev, AudioChunk) else "text")
-        res = self.extractor(modality).run([ev])[0]
-        if isinstance(res, Exception):
-            raise res
-        return dict(res)
+    def level_now(self) -> int:
+        """The degradation level now (it decays between batches too)."""
+        return self.degrader.at(self._monotonic())
 
-    def _degrade(self, modality: str, msgs: list[RawMsg]) -> None:
+    def _degrade(self, ex: Extractor, msgs: list[RawMsg]) -> None:
         """Set the level from how long this batch's oldest record waited (app.features.degrade)."""
         sent = [m.timestamp_ms for m in msgs if m.timestamp_ms > 0]
         if not sent:
             return
-        delay_s = max(0.0, time.time() - min(sent) / 1000.0)
-        level = LEVELS[self.degrader.observe(delay_s, time.monotonic())]
-        ex = self._extractors.get(modality)
-        if ex is not None and hasattr(ex, "level"):
-            ex.level = level
-        if ex is not None and hasattr(ex, "embedding_allowed"):
-            ex.embedding_allowed = level.text_embedding
+        delay_s = max(0.0, self._clock() - min(sent) / 1000.0)
+        ex.set_level(LEVELS[self.degrader.observe(delay_s, self._monotonic())])
+
+    def _run(self, ex: Extractor, modality: str, events: list[Event]) -> list[Result]:
+        """The batch's results; if the batch raises, each record alone (see the module doc)."""
+        try:
+            return ex.run(events)
+        except Exception:  # noqa: BLE001 - a worker never crashes on data
+            log.exception("extractor failed on a %s batch of %d: running them one by one",
+                          modality, len(events))
+        return [self._run_one(ex, ev) for ev in events]
+
+    def _run_one(self, ex: Extractor, ev: Event) -> Result:
+        pause = _RETRY_PAUSE_S
+        for attempt in range(_RETRIES + 1):
+            try:
+                return ex.run([ev])[0]
+            except MmsyncError as exc:
+                if not exc.retriable:
+                    return _Failed("extract_failed", exc)
+                if attempt == _RETRIES:
+                    return _Failed("retries_exhausted", exc)
+                self._sleep(pause)
+                pause *= 2
+            except Exception as exc:  # noqa: BLE001 - see above
+                return _Failed("extract_failed", exc)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def process(self, modality: str, msgs: list[RawMsg]) -> list[FeatureRecord | DeadLetter]:
         """One output per input, in input order."""
-        self.extractor(modality)
-        self._degrade(modality, msgs)
-        started = time.time()
+        ex = self.extractor(modality)
+        self._degrade(ex, msgs)
+        started = self._clock()
         out: list[FeatureRecord | DeadLetter | None] = [None] * len(msgs)
         events: list[tuple[int, Event, float]] = []
         for i, msg in enumerate(msgs):
@@ -140,11 +197,7 @@ class FeaturePipeline:
         if events:
             t1 = time.perf_counter()
             c1 = self.cache.seconds() if self.cache is not None else 0.0
-            try:
-                results = self.extractor(modality).run([ev for _, ev, _ in events])
-            except Exception as exc:  # noqa: BLE001 - a worker never crashes on data
-                log.exception("extractor failed on a %s batch of %d", modality, len(events))
-                results = [exc] * len(events)
+            results = self._run(ex, modality, [ev for _, ev, _ in events])
             # The batch ran as one: each item is charged its share.
             cache_s = ((self.cache.seconds() - c1) if self.cache is not None else 0.0)
             model_s = (time.perf_counter() - t1 - cache_s) / len(events)
@@ -152,6 +205,8 @@ class FeaturePipeline:
             for (i, ev, decode_s), res in zip(events, results, strict=True):
                 msg = msgs[i]
                 if isinstance(res, InvalidInputError):
+                    out[i] = dead_letter(msg, res.reason, res.detail)
+                elif isinstance(res, _Failed):
                     out[i] = dead_letter(msg, res.reason, res.detail)
                 elif isinstance(res, Exception):
                     out[i] = dead_letter(msg, "extract_failed", f"{type(res).__name__}: {res}")
@@ -167,3 +222,12 @@ class FeaturePipeline:
                                 "decode": decode_s, "model": model_s, "cache": cache_s},
                     )
         return [o for o in out if o is not None]
+
+
+class _Failed(Exception):
+    """A record the extractor failed on alone: its dead-letter reason and detail."""
+
+    def __init__(self, reason: str, exc: BaseException) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = f"{type(exc).__name__}: {exc}"

@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -24,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from app.cache.features import FeatureMemo
+from app.features.degrade import Level
 from app.features.light import tokenize
+from app.lru import LRU
 from schemas.codec import pack_array
 from schemas.events import TextEvent
 
@@ -132,14 +133,18 @@ class TextExtractor:
         self.matcher = matcher
         self._embedding = embedding
         self._cache = cache
-        #: False while the worker is degraded (app.features.degrade): terms and tokens only
+        #: False while degraded (set_level): terms and tokens only
         self.embedding_allowed = True
         # Everything a text's features depend on besides its bytes.
         self.version = f"text1|terms:{matcher.digest}|e5:{'small-q4' if embedding else '-'}"
         self._threads = threads
         self._e5: Any = None
-        self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._memo: LRU[str, np.ndarray] = LRU(_EMB_MEMO)
         self.load_s: dict[str, float] = {}
+
+    def set_level(self, level: Level) -> None:
+        """Degradation (app.features.degrade): the embedding is the one model we drop."""
+        self.embedding_allowed = level.text_embedding
 
     def load(self) -> None:
         if "jieba" not in self.load_s:
@@ -161,18 +166,20 @@ class TextExtractor:
         """L2-normalised float32 [384] per text ("passage: " prefix), memoised."""
         self.load()
         keys = [t[:_EMB_MAX_CHARS] for t in texts]
-        todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
+        found: dict[str, np.ndarray] = {}
+        todo: list[str] = []
+        for k in dict.fromkeys(keys):
+            v = self._memo.get(k)
+            if v is None:
+                todo.append(k)
+            else:
+                found[k] = v
         if todo:
             vecs = np.asarray(self._e5.passage(todo), dtype=np.float32).reshape(len(todo), -1)
             for k, v in zip(todo, vecs, strict=True):
-                self._memo[k] = v
-        out = []
-        for k in keys:
-            self._memo.move_to_end(k)
-            out.append(self._memo[k])
-        while len(self._memo) > _EMB_MEMO:
-            self._memo.popitem(last=False)
-        return out
+                found[k] = v
+                self._memo.put(k, v)
+        return [found[k] for k in keys]
 
     def run(self, events: list[TextEvent]) -> list[dict[str, Any] | Exception]:
         """Features per caption; all of them are content-pure, so a cache hit is whole."""

@@ -8,24 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import ssl
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.partitioner import murmur2
+from aiokafka.structs import ConsumerRecord
 
 from app.errors import MmsyncError
 from app.settings import Settings
 
-__all__ = ["CONTRACT_TOPICS", "auth_kwargs", "create_topics", "make_consumer", "make_producer",
-           "ssl_context", "wait_for_broker"]
+__all__ = ["CONTRACT_TOPICS", "auth_kwargs", "consume", "create_topics", "default_partition",
+           "make_consumer", "make_producer", "ssl_context", "wait_for_broker"]
 
 CONTRACT_TOPICS = ("text", "image", "audio", "features", "aligned", "late", "dlq")
 #: Largest record we send: an 8 MiB frame plus its envelope (dead-lettered copy included).
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 #: Embedded broker only: it answers an empty fetch after half the client's wait
-#: (broker-notes.md, fault 2); 100 ms keeps pass-through latency near 40 ms.
+#: (docs/broker.md, fault 2); 100 ms keeps pass-through latency near 40 ms.
 EMBEDDED_FETCH_WAIT_MS = 100
 
 
@@ -67,6 +71,37 @@ def make_consumer(s: Settings, *topics: str, **kw: Any) -> AIOKafkaConsumer:
         opts["fetch_max_wait_ms"] = EMBEDDED_FETCH_WAIT_MS
     opts.update(kw)
     return AIOKafkaConsumer(*topics, bootstrap_servers=s.bootstrap, **auth_kwargs(s), **opts)
+
+
+def default_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's (and aiokafka's) default partitioner picks for ``key``:
+    murmur2 of the key bytes, positive, modulo the partition count."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+async def consume(s: Settings, topics: Iterable[str], handle: Callable[[ConsumerRecord], None],
+                  *, until: Callable[[], bool] = lambda: False, timeout_s: float = math.inf,
+                  idle_polls: int | None = None, poll_ms: int = 200, **consumer_kw: Any
+                  ) -> None:
+    """Read ``topics`` from the beginning (no group), calling ``handle`` on every record,
+    until ``until()`` holds, ``timeout_s`` passes, or ``idle_polls`` polls in a row
+    returned nothing. The one consumer loop of the clients, benchmarks and tests."""
+    consumer = make_consumer(s, *topics, **consumer_kw)
+    await consumer.start()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        empty = 0
+        while not until() and loop.time() < deadline:
+            batch = await consumer.getmany(timeout_ms=poll_ms)
+            empty = 0 if batch else empty + 1
+            if idle_polls is not None and empty >= idle_polls:
+                return
+            for msgs in batch.values():
+                for m in msgs:
+                    handle(m)
+    finally:
+        await consumer.stop()
 
 
 async def wait_for_broker(s: Settings, timeout_s: float = 30.0) -> None:

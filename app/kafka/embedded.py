@@ -2,7 +2,7 @@
 
 Locate the binary, take a free loopback port, start it, wait until it answers
 a Kafka ApiVersions round trip, stop it. In-memory storage only: what it holds
-is gone when it stops (see ``../shared/broker-notes.md`` and README, "Guarantees").
+is gone when it stops (see ``docs/broker.md`` and README, "Guarantees").
 """
 
 from __future__ import annotations

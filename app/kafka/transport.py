@@ -2,7 +2,7 @@
 
 Faust hard-codes ``fetch_max_wait_ms=1500`` for worker consumers; Tansu
 answers an empty fetch only after half the remaining wait, so new data waits
-up to 750 ms (broker-notes.md, fault 2). Apache Kafka answers as soon as data
+up to 750 ms (docs/broker.md, fault 2). Apache Kafka answers as soon as data
 arrives, so this transport is installed for the embedded profile only.
 """
 

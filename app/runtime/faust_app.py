@@ -16,6 +16,7 @@ import faust
 
 from app.cache.features import FeatureMemo
 from app.kafka.clients import CONTRACT_TOPICS, MAX_REQUEST_BYTES
+from app.runtime.lag import LagReporter
 from app.runtime.metrics import Metrics
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
@@ -26,12 +27,15 @@ log = logging.getLogger("mmsync")
 
 
 class _App(faust.App):
-    """faust.App that can swap in the embedded broker's transport."""
+    """faust.App that can swap in the embedded broker's transport (built lazily, on
+    first use of ``app.transport``; the choice is this instance's, made at construction)."""
 
-    embedded: bool = False
+    def __init__(self, *args: Any, embedded: bool = False, **kwargs: Any) -> None:
+        self._embedded = embedded
+        super().__init__(*args, **kwargs)
 
     def _new_transport(self) -> Any:
-        if self.embedded:
+        if self._embedded:
             from app.kafka.transport import EmbeddedTransport
 
             return EmbeddedTransport(self.conf.broker_consumer, self)
@@ -89,7 +93,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         "consumer_auto_offset_reset": "earliest",
         "processing_guarantee": "at_least_once",
         # Faust's 60 s defaults made a worker take 32 s to become ready on the
-        # embedded broker; these give 7 to 10 s (broker-notes.md).
+        # embedded broker; these give 7 to 10 s (docs/broker.md).
         "broker_session_timeout": 6,
         "broker_heartbeat_interval": 0.5,
         "broker_rebalance_timeout": 20,
@@ -112,8 +116,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
     }
     if s.security_protocol != "PLAINTEXT":
         conf["broker_credentials"] = _faust_credentials(s)
-    _App.embedded = s.broker_embedded
-    app = _App(**conf)
+    app = _App(**conf, embedded=s.broker_embedded)
     topics = {name: app.topic(s.topic(name), key_type=bytes, value_type=bytes,
                               partitions=s.partitions) for name in CONTRACT_TOPICS}
     rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics or Metrics())
@@ -121,24 +124,16 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
     @app.task(on_leader=False)
     async def _declare_topics() -> None:
         # A topic that is only sent to does not exist until the first send on
-        # Tansu: declare every contract topic up front (broker-notes.md).
+        # Tansu: declare every contract topic up front (docs/broker.md).
         for t in topics.values():
             await t.maybe_declare()
 
+    lag = LagReporter(s, app.conf.id, rt.metrics)
+
     @app.timer(5.0, on_leader=False, name="mmsync.lag")
     async def _lag() -> None:
-        # Kafka's definition: end offset minus the committed offset, per assigned partition.
         consumer = app.consumer
-        for tp in consumer.assignment():
-            try:
-                end = consumer.highwater(tp)
-            except Exception:  # noqa: BLE001, S112 - not fetched yet, or just revoked
-                continue
-            if end is None:
-                continue
-            # Faust keeps it privately (no public getter); 0 before the first commit.
-            done = getattr(consumer, "_committed_offset", {}).get(tp) or 0
-            rt.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, end - done))
+        await lag.update(consumer.assignment(), consumer.highwater)
 
     if s.device != "cpu":
         @app.timer(15.0, on_leader=False, name="mmsync.gpu_memory")

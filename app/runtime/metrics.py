@@ -1,4 +1,11 @@
-"""Prometheus metrics of the contract. Holders take a registry so tests get fresh ones."""
+"""Prometheus metrics of the contract. Holders take a registry so tests get fresh ones.
+
+Every label set known before the first event is created at start (``Metrics.__init__``):
+a labelled counter has no series until its first ``.labels()`` call, and a dashboard
+panel over a series that does not exist reads "no data" instead of 0 (issue 19: the
+late-records panel of a loaded worker). ``tests/unit/test_metric_labels.py`` checks each
+vocabulary below against the code that emits the labels.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,25 @@ import subprocess
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-__all__ = ["Metrics", "gpu_memory_bytes"]
+from app.settings import MODALITIES
+from schemas.errors import REASONS
+
+__all__ = ["CACHE_RESULTS", "DLQ_REASONS", "DYNAMIC_LABELS", "OUTCOMES", "STAGES", "Metrics",
+           "gpu_memory_bytes"]
+
+#: ``mmsync_events_total{outcome}``: the aligner's placements plus the dead-letter path.
+OUTCOMES = ("merged", "late", "duplicate", "dead_letter")
+#: ``mmsync_dlq_total{error}``: the closed dead-letter vocabulary (schemas.errors.REASONS).
+DLQ_REASONS = tuple(REASONS)
+#: ``mmsync_cache_requests_total{result}`` (app.cache.store.Result).
+CACHE_RESULTS = ("hit", "miss", "expired", "corrupt")
+#: ``mmsync_stage_seconds{stage}``: per item, per batch and once per model load.
+STAGES = ("queue", "decode", "model", "cache", "align",
+          *(f"extract_{m}" for m in MODALITIES), *(f"load_{m}" for m in MODALITIES))
+#: Families whose label values exist only at run time: the topic-partitions assigned to
+#: this worker (set by the 5 s lag timer once it owns some), and the model sessions with
+#: the provider and precision they really got (set once the models have loaded).
+DYNAMIC_LABELS = frozenset({"mmsync_consumer_lag", "mmsync_model_info"})
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -61,6 +86,25 @@ class Metrics:
                                 ["model", "provider", "precision"], registry=r)
         self.open_records = Gauge("mmsync_open_records", "Records held in open windows",
                                   registry=r)
+        self._create_known_series()
+
+    def _create_known_series(self) -> None:
+        """Every known label set at 0, so each panel reads 0 until something happens."""
+        for mod in MODALITIES:
+            for outcome in OUTCOMES:
+                self.events.labels(mod, outcome)
+            for result in CACHE_RESULTS:
+                self.cache_requests.labels(mod, result)
+            self.cache_evictions.labels(mod)
+            self.cache_expirations.labels(mod)
+            self.late.labels(mod)
+            self.degradation.labels(mod)
+            # 0 ms is also what windows carry until the first skew estimate.
+            self.offset_ms.labels(mod)
+        for reason in DLQ_REASONS:
+            self.dlq.labels(reason)
+        for stage in STAGES:
+            self.stage.labels(stage)
 
 
 def gpu_memory_bytes(pid: int, timeout_s: float = 5.0) -> int | None:

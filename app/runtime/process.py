@@ -10,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from app.settings import Settings
 
-__all__ = ["run_worker", "spawn_worker", "stop_process", "worker_env"]
+__all__ = ["peak_rss_bytes", "run_worker", "spawn_worker", "stop_process", "worker_env"]
 
 
 def run_worker(s: Settings) -> None:
@@ -41,18 +43,23 @@ def run_worker(s: Settings) -> None:
     worker.execute_from_commandline()
 
 
+def _env_value(v: object) -> str:
+    if isinstance(v, SecretStr):
+        return v.get_secret_value()
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
 def worker_env(s: Settings, **extra: str) -> dict[str, str]:
-    """``MMSYNC_*`` variables giving a child worker the broker, topics, data dir and models
-    of ``s``, on a free metrics port; ``extra`` (``MMSYNC_X="..."``) on top."""
+    """Every setting of ``s`` as the ``MMSYNC_*`` variable a child worker reads it from
+    (unset ones left out), on a free metrics port; ``extra`` (``MMSYNC_X="..."``) on top.
+    With :func:`spawn_worker`, the child's settings are exactly ``s``'s."""
     from app.kafka.embedded import free_port
 
-    env = {"MMSYNC_BROKER": s.broker or "",
-           "MMSYNC_BROKER_EMBEDDED": "1" if s.broker_embedded else "0",
-           "MMSYNC_TOPIC_PREFIX": s.topic_prefix, "MMSYNC_PARTITIONS": str(s.partitions),
-           "MMSYNC_DATA_DIR": str(s.data_dir), "MMSYNC_MODELS": s.models,
-           "MMSYNC_WEB_PORT": str(free_port())}
-    if s.models_dir is not None:
-        env["MMSYNC_MODELS_DIR"] = str(s.models_dir)
+    env = {f"MMSYNC_{name.upper()}": _env_value(value)
+           for name, value in s.model_dump().items() if value is not None}
+    env["MMSYNC_WEB_PORT"] = str(free_port())
     env.update(extra)
     return env
 
@@ -61,11 +68,25 @@ def spawn_worker(env: dict[str, str], log_path: Path | None = None, *,
                  module: str = "app.cli", args: tuple[str, ...] = ("worker",)
                  ) -> subprocess.Popen[bytes]:
     """Start ``python -m module args`` (by default ``mmsync worker``) as a child in its own
-    process group, with ``MMSYNC_*`` settings from ``env``, output to ``log_path``."""
-    full = {**os.environ, **env}
+    process group, with ``MMSYNC_*`` settings from ``env`` only (the parent's own
+    ``MMSYNC_*`` variables are not inherited: :func:`worker_env` passes them all),
+    output to ``log_path``."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MMSYNC_")}
+    full.update(env)
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen([sys.executable, "-m", module, *args], env=full, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """Peak resident memory of a live process (Linux ``VmHWM``), bytes; 0 if unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM,

@@ -25,9 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.kafka.clients.clients import make_consumer, make_producer
-
 from app.features.pipeline import FeaturePipeline
+from app.kafka.clients import make_consumer, make_producer
 from app.settings import MODALITIES, Settings
 from schemas.codec import encode
 from schemas.events import Limits, decode_event

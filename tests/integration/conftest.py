@@ -13,7 +13,7 @@ from uuid import uuid4
 import pytest
 
 from app.kafka.embedded import EmbeddedBroker, free_port
-from app.runtime.process import spawn_worker, stop_process
+from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
 
 
@@ -59,12 +59,10 @@ class Pipeline:
 @pytest.fixture
 def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
     prefix = f"it-{uuid4().hex[:12]}"
-    env = {"MMSYNC_BROKER": broker.url, "MMSYNC_BROKER_EMBEDDED": "1",
-           "MMSYNC_TOPIC_PREFIX": prefix, "MMSYNC_PARTITIONS": "4",
-           "MMSYNC_DATA_DIR": str(tmp_path / "data"), "MMSYNC_IDLE_MS": "1500"}
+    # the rest (MMSYNC_MODELS_DIR from tests/conftest.py, say) comes from the environment
     s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix, partitions=4,
                  data_dir=tmp_path / "data", idle_ms=1500)
-    pl = Pipeline(settings=s, env=env, tmp=tmp_path, procs=[])
+    pl = Pipeline(settings=s, env=worker_env(s), tmp=tmp_path, procs=[])
     try:
         yield pl
     finally:

@@ -10,14 +10,13 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
-from aiokafka.partitioner import murmur2
 
 from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
-from app.kafka.clients import create_topics
+from app.kafka.clients import create_topics, default_partition
 from app.kafka.embedded import EmbeddedBroker, free_port
-from app.runtime.process import spawn_worker, stop_process
+from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -76,11 +75,6 @@ def test_wait_for_broker_does_not_spin(tmp_path: Path) -> None:
     assert float(cpu_s) < 0.1 * wait_s  # a busy loop would burn about wait_s
 
 
-def _partition(key: bytes, n: int) -> int:
-    """The default partitioner (Kafka's and aiokafka's): murmur2 of the key."""
-    return (murmur2(key) & 0x7FFFFFFF) % n
-
-
 async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
     """A broker that stops and comes back on the same port.
 
@@ -107,22 +101,19 @@ async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log")
     broker.start()
     prefix = f"bt-{uuid4().hex[:10]}"
-    env = {"MMSYNC_BROKER": broker.url, "MMSYNC_BROKER_EMBEDDED": "1",
-           "MMSYNC_TOPIC_PREFIX": prefix, "MMSYNC_PARTITIONS": str(nparts),
-           "MMSYNC_DATA_DIR": str(tmp_path / "data"), "MMSYNC_IDLE_MS": "1500",
-           "MMSYNC_MODELS": "light", "MMSYNC_WEB_PORT": str(free_port())}
     s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix,
                  partitions=nparts, data_dir=tmp_path / "data", idle_ms=1500)
+    env = worker_env(s, MMSYNC_MODELS="light")
     log = tmp_path / "worker.log"
     worker: subprocess.Popen[bytes] | None = None
     try:
         await create_topics(s)
         worker = spawn_worker(env, log)
         before = SynthSpec(stream_id="before", seconds=3, seed=5)
-        used = _partition(b"before", nparts)
+        used = default_partition(b"before", nparts)
         # one stream on the partition read before the restart, one on another
         after_ids = [next(f"after-{i}" for i in range(100)
-                          if (_partition(f"after-{i}".encode(), nparts) == used) == same)
+                          if (default_partition(f"after-{i}".encode(), nparts) == used) == same)
                      for same in (True, False)]
         recs1 = list(synth_records([before]))
         pub1 = await publish(s, recs1, progress=False)

@@ -12,7 +12,6 @@ import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -21,6 +20,7 @@ import pytest
 from app.clients.collect import collect
 from app.clients.synth import SynthSpec, synth_events
 from app.kafka.clients import create_topics, make_producer
+from app.runtime.process import peak_rss_bytes
 from schemas.events import TextEvent, encode_event
 
 pytestmark = pytest.mark.integration
@@ -214,11 +214,6 @@ class _Fuzzer:
             ("bad_strings", 0.5))]
 
 
-def _vm_hwm_kib(pid: int) -> int:
-    text = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"VmHWM:\s+(\d+) kB", text).group(1))  # type: ignore[union-attr]
-
-
 async def test_fuzz_every_bad_record_dead_lettered_every_good_one_merged(pipeline):
     s = pipeline.settings
     await create_topics(s)
@@ -329,7 +324,7 @@ async def test_fuzz_every_bad_record_dead_lettered_every_good_one_merged(pipelin
 
     # no crash, no restart
     assert worker.poll() is None
-    hwm = _vm_hwm_kib(worker.pid)
+    hwm = peak_rss_bytes(worker.pid) // 1024
     assert "Traceback" not in log, log[-3000:]
     print(f"fuzz: tried {len(sent)} records ({n_good} good, {n_bad} bad, {n_dup} duplicates) "
           f"in {publish_s:.1f} s; dead-lettered {len(out.dlq)}, merged {out.merged()} into "

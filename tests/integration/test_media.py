@@ -15,7 +15,7 @@ import pytest
 from app.clients.collect import collect
 from app.clients.media import probe, video_records
 from app.kafka.clients import create_topics
-from tests.unit.test_media import make_video, write_srt
+from tests.helpers import make_video, write_srt
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,9 @@ import simplejpeg
 from PIL import Image, ImageDraw
 
 from app.clients.collect import collect
-from app.kafka.clients import create_topics, make_producer
+from app.clients.produce import paced, publish
+from app.kafka.clients import create_topics
+from app.runtime.process import peak_rss_bytes
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
 
 pytestmark = pytest.mark.integration
@@ -68,28 +70,6 @@ def _schedule() -> list[tuple[float, str, str, bytes]]:
     return out
 
 
-async def _publish_paced(s, sched) -> float:
-    producer = make_producer(s)
-    await producer.start()
-    try:
-        start = time.monotonic()
-        for at, modality, sid, value in sched:
-            delay = start + at - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await producer.send(s.topic(modality), value=value, key=sid.encode())
-        await producer.flush()
-        return time.monotonic() - start
-    finally:
-        await producer.stop()
-
-
-def _peak_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        m = re.search(r"VmHWM:\s+(\d+) kB", f.read())
-    return int(m.group(1)) * 1024 if m else 0
-
-
 async def test_twice_the_sustainable_rate_degrades_and_loses_nothing(pipeline):
     s = pipeline.settings
     await create_topics(s)
@@ -118,13 +98,16 @@ async def test_twice_the_sustainable_rate_degrades_and_loses_nothing(pipeline):
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    sent_s = await _publish_paced(s, sched)
+    t0 = time.monotonic()
+    await publish(s, paced((int(at * 1e6), (m, sid.encode(), v)) for at, m, sid, v in sched),
+                  progress=False)
+    sent_s = time.monotonic() - t0
     t_end = time.monotonic()
     out = await collect(s, until=lambda o: o.accounted >= len(sched), timeout_s=180)
     drain_s = time.monotonic() - t_end
     stop.set()
     watcher.join()
-    peak = _peak_rss(worker.pid)
+    peak = peak_rss_bytes(worker.pid)
     top = max(lv for _, lv, _ in levels)
     print(f"\noverload: {len(sched)} records in {sent_s:.0f} s ({STREAMS * FPS} frames/s); "
           f"merged {out.merged()}, late {len(out.late)}, dead letters {len(out.dlq)}; "

@@ -2,7 +2,7 @@
 
 Media is published paced (faster than real time) while the outputs are read
 live, so the stall a rebalance causes is visible per stream. Tansu's consumer
-groups (broker-notes.md): two or more consumers split partitions, a clean leave
+groups (docs/broker.md): two or more consumers split partitions, a clean leave
 (SIGTERM, LeaveGroup) rebalances at once, a SIGKILLed member is noticed only
 after the session timeout (Faust's ``broker_session_timeout=6`` s here), then
 the group rebalances (eager: every member gives up its partitions and gets a
@@ -28,11 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiokafka.partitioner import murmur2
 
 from app.clients.collect import Outputs, collect
+from app.clients.produce import Record, paced, publish
 from app.clients.synth import SynthSpec, synth_events
-from app.kafka.clients import create_topics, make_consumer, make_producer
+from app.kafka.clients import consume, create_topics, default_partition
 from app.runtime.process import stop_process
 from schemas.events import Event, encode_event
 
@@ -48,7 +48,7 @@ def _stream_ids(n_partitions: int) -> list[str]:
     i = 0
     while len(got) < n_partitions:
         sid = f"sc-{i}"
-        got.setdefault((murmur2(sid.encode()) & 0x7FFFFFFF) % n_partitions, sid)
+        got.setdefault(default_partition(sid.encode(), n_partitions), sid)
         i += 1
     return [got[p] for p in range(n_partitions)]
 
@@ -74,7 +74,6 @@ class _Run:
         self.stop = asyncio.Event()
         self.published = False
         self.published_at = 0.0
-        self.futures: list[tuple[str, Any]] = []
         #: (modality, partition, offset) of every record sent
         self.sources: set[tuple[str, int, int]] = set()
         #: every window read, replays included: (id, sources)
@@ -88,27 +87,18 @@ class _Run:
         self.lost: set[tuple[str, int, int]] = set()
 
     async def publish(self) -> None:
-        producer = make_producer(self.s, linger_ms=2)
-        await producer.start()
+        self.t0 = time.monotonic()
+
+        def sent(rec: Record, md: Any) -> None:
+            self.sent[rec[0]] += 1
+            self.sources.add((rec[0], md.partition, md.offset))
+
+        timed = ((int(media_s * 1e6), (ev.modality, ev.stream_id.encode(), encode_event(ev)))
+                 for media_s, ev in self.events)
         try:
-            self.t0 = time.monotonic()
-            for media_s, ev in self.events:
-                if self.stop.is_set():
-                    break
-                lag = self.t0 + media_s / SPEED - time.monotonic()
-                if lag > 0:
-                    await producer.flush()
-                    await asyncio.sleep(lag)
-                fut = await producer.send(self.s.topic(ev.modality), key=ev.stream_id.encode(),
-                                          value=encode_event(ev))
-                self.futures.append((ev.modality, fut))
-                self.sent[ev.modality] += 1
-            await producer.flush()
-            for m, fut in self.futures:
-                md = await fut
-                self.sources.add((m, md.partition, md.offset))
+            await publish(self.s, paced(timed, SPEED, stop=self.stop), progress=False,
+                          on_sent=sent, linger_ms=2)
         finally:
-            await producer.stop()
             self.published_at = time.monotonic()
             self.published = True
 
@@ -213,22 +203,14 @@ async def _on_features(s: Any, lost: set[tuple[str, int, int]]) -> list[Any]:
     """Which of ``lost`` made it to the features topic (features agent vs aligner)."""
     from schemas.features import FeatureRecord
 
-    c = make_consumer(s, s.topic("features"))
-    await c.start()
     found = []
-    try:
-        for _ in range(30):
-            batch = await c.getmany(timeout_ms=300)
-            if not batch:
-                break
-            for msgs in batch.values():
-                for m in msgs:
-                    r = FeatureRecord.decode(m.value)
-                    if (r.modality, r.src_partition, r.src_offset) in lost:
-                        found.append((r.modality, r.src_partition, r.src_offset, m.partition,
-                                      m.offset, r.ts))
-    finally:
-        await c.stop()
+
+    def handle(m: Any) -> None:
+        r = FeatureRecord.decode(m.value)
+        if (r.modality, r.src_partition, r.src_offset) in lost:
+            found.append((r.modality, r.src_partition, r.src_offset, m.partition, m.offset, r.ts))
+
+    await consume(s, [s.topic("features")], handle, idle_polls=1, timeout_s=10, poll_ms=300)
     return found
 
 

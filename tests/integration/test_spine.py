@@ -14,7 +14,7 @@ import pytest
 from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
-from app.kafka.clients import create_topics, make_consumer
+from app.kafka.clients import consume, create_topics
 from schemas.events import TextEvent, encode_event
 
 pytestmark = pytest.mark.integration
@@ -79,13 +79,9 @@ async def test_malformed_frame_dead_lettered_with_original_bytes(pipeline):
     assert out.merged() == len(good)  # it kept going
     assert worker.poll() is None
     # the reason also travels as the `error` header
-    c = make_consumer(s, s.topic("dlq"))
-    await c.start()
-    try:
-        batch = await c.getmany(timeout_ms=5000)
-        headers = [dict(m.headers) for msgs in batch.values() for m in msgs]
-    finally:
-        await c.stop()
+    headers: list[dict[str, bytes]] = []
+    await consume(s, [s.topic("dlq")], lambda m: headers.append(dict(m.headers)),
+                  until=lambda: bool(headers), timeout_s=10)
     assert headers == [{"error": b"bad_msgpack"}]
     text = pipeline.metrics(worker)
     assert re.search(r'mmsync_dlq_total\{error="bad_msgpack"\} 1\.0', text)

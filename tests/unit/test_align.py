@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from app.align.aligner import Aligner, AlignerConfig, build_window
+from app.align.aligner import Aligner, AlignerConfig
 from schemas.codec import pack_array, unpack_array
 from schemas.features import FeatureRecord
 
@@ -127,7 +127,7 @@ def test_build_window_grid():
     ]
     for r in recs:
         a.add(r, now=0.0)
-    w = build_window(a, "s", 0, recs, offsets_ms={}, confidence={}, emitted_at=1)
+    w = a.window("s", 0, recs, emitted_at=1)
     assert w.counts == {"image": 2, "audio": 1, "text": 1}
     g = w.grid
     assert len(g["image"]["luma"]) == 20
@@ -155,7 +155,7 @@ def test_build_window_carries_model_features():
     ]
     for r in recs:
         a.add(r, now=0.0)
-    w = build_window(a, "s", 0, recs, offsets_ms={}, confidence={}, emitted_at=1)
+    w = a.window("s", 0, recs, emitted_at=1)
     g = w.grid
     assert g["image"]["nsfw"][0] == pytest.approx(0.1)
     assert g["image"]["nsfw"][19] == pytest.approx(0.7)

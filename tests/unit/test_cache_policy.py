@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -35,10 +35,10 @@ def _check(p: Policy, resident: dict[bytes, int]) -> None:
 @pytest.mark.parametrize("cls", POLICIES)
 def test_byte_budget_held_with_mixed_sizes(cls: type) -> None:
     p = cls(50_000)
-    rnd = os.urandom  # sizes and keys need no seed: the invariant holds for any sequence
+    rng = random.Random(7)  # seeded: a failure replays the same sequence
     resident: dict[bytes, int] = {}
     for i in range(3000):
-        k = rnd(16) if i % 3 else _key(i % 40)
+        k = rng.randbytes(16) if i % 3 else _key(i % 40)
         size = 500 + (i * 7919) % 6000
         if not p.touch(k):
             for e in p.admit(k, size):

@@ -11,7 +11,7 @@ from app.features.degrade import LEVELS, Degrader
 from app.features.pipeline import FeaturePipeline
 from app.settings import Settings
 from schemas.events import TextEvent
-from tests.unit.test_extractors_models import _chart, _frame, _raw
+from tests.helpers import chart, frame_event, raw_msg
 
 
 def test_level_rises_one_step_per_hold_and_falls_one_per_calm_period():
@@ -31,10 +31,25 @@ def test_level_rises_one_step_per_hold_and_falls_one_per_calm_period():
     assert Degrader(enabled=False).observe(100.0, 0.0) == 0
 
 
+class _Clock:
+    """A monotonic clock the test moves by hand (s)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 @pytest.fixture(scope="module")
-def pipe(tmp_path_factory):
+def clock():
+    return _Clock()
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory, clock):
     p = FeaturePipeline(Settings(data_dir=tmp_path_factory.mktemp("deg"), device="cpu",
-                                 cache=False))
+                                 cache=False), monotonic=clock)
     p.warm("image")
     p.warm("text")
     return p
@@ -45,35 +60,35 @@ def test_levels_sample_image_models_and_drop_text_embedding(pipe, monkeypatch):
     ran: list[int] = []
     real = im.embed_nsfw
     monkeypatch.setattr(im, "embed_nsfw", lambda rgbs: (ran.append(len(rgbs)), real(rgbs))[1])
-    frames = [_frame(_chart(20 + i), "lv", i) for i in range(8)]
-    im.level = LEVELS[1]
+    frames = [frame_event(chart(20 + i), "lv", i) for i in range(8)]
+    im.set_level(LEVELS[1])
     out = im.run(frames)
     assert ran == [4]  # every 2nd new frame
     assert [bool(f.get("held")) for f in out] == [False, True] * 4
     for a, b in zip(out[::2], out[1::2], strict=True):
         assert b["nsfw"] == a["nsfw"] and b["change"] > 0  # light signals stay per frame
-    im.level = LEVELS[3]
+    im.set_level(LEVELS[3])
     ran.clear()
-    out = im.run([_frame(_chart(40 + i), "lv3", i) for i in range(3)])
+    out = im.run([frame_event(chart(40 + i), "lv3", i) for i in range(3)])
     assert ran == [] and all(f["held"] and "nsfw" not in f and "luma" in f for f in out)
-    im.level = LEVELS[0]
-    tx.embedding_allowed = LEVELS[2].text_embedding
+    im.set_level(LEVELS[0])
+    tx.set_level(LEVELS[2])
     (f,) = tx.run([TextEvent(stream_id="t", ts=0, text="degraded caption")])
     assert "emb" not in f and f["tokens"]
-    tx.embedding_allowed = True
+    tx.set_level(LEVELS[0])
     (f,) = tx.run([TextEvent(stream_id="t", ts=0, text="degraded caption")])
     assert "emb" in f
 
 
-def test_pipeline_degrades_on_old_records_and_recovers(pipe):
+def test_pipeline_degrades_on_old_records_and_recovers(pipe, clock):
     pipe.degrader = Degrader(lag_s=1.0, hold_s=0.0, calm_s=0.5)
     old = int(time.time() * 1000) - 10_000  # sent 10 s ago
-    evs = [_frame(_chart(60 + i), "old", i) for i in range(3)]
+    evs = [frame_event(chart(60 + i), "old", i) for i in range(3)]
     for _ in range(2):
-        pipe.process("image", [replace(_raw(e, i), timestamp_ms=old) for i, e in enumerate(evs)])
+        pipe.process("image", [replace(raw_msg(e, i), timestamp_ms=old) for i, e in enumerate(evs)])
     assert pipe.degrader.level == 2 and pipe.extractor("image").level == LEVELS[2]
-    time.sleep(1.05)  # two calm periods
+    clock.t += 1.05  # two calm periods
     now = int(time.time() * 1000)
     for _ in range(2):
-        pipe.process("image", [replace(_raw(e, i), timestamp_ms=now) for i, e in enumerate(evs)])
+        pipe.process("image", [replace(raw_msg(e, i), timestamp_ms=now) for i, e in enumerate(evs)])
     assert pipe.degrader.level == 0 and pipe.extractor("image").level == LEVELS[0]

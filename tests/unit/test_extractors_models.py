@@ -7,10 +7,8 @@ import io
 
 import numpy as np
 import pytest
-import simplejpeg
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
-from app.consumed import RawMsg
 from app.features.audio import SR, resample
 from app.features.image import EMB_DIM, average_hash, hamming
 from app.features.onnx import CPU, CUDA, ModelSession
@@ -19,8 +17,9 @@ from app.features.text import TermMatcher, _tokens, tokens
 from app.settings import Settings
 from schemas.codec import unpack_array
 from schemas.dead_letter import DeadLetter
-from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
+from schemas.events import FrameEvent, TextEvent
 from schemas.features import FeatureRecord
+from tests.helpers import audio_chunk, chart, frame_event, jpeg_of, raw_msg, speechlike
 
 
 @pytest.fixture(scope="module")
@@ -31,35 +30,8 @@ def pipe(tmp_path_factory):
     return p
 
 
-def _jpeg(arr: np.ndarray) -> bytes:
-    return simplejpeg.encode_jpeg(np.ascontiguousarray(arr), quality=90)
-
-
-def _chart(seed: int = 0, text: str = "") -> np.ndarray:
-    """A drawn bar chart (a safe, structured image), 640x360."""
-    rng = np.random.default_rng(seed)
-    img = Image.new("RGB", (640, 360), "white")
-    d = ImageDraw.Draw(img)
-    for i in range(8):
-        h = int(rng.integers(40, 300))
-        d.rectangle([40 + i * 70, 340 - h, 90 + i * 70, 340],
-                    fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
-    if text:
-        d.text((40, 20), text, fill="black", font=ImageFont.load_default(size=48))
-    return np.asarray(img)
-
-
-def _frame(arr: np.ndarray, stream: str = "s", ts: int = 0) -> FrameEvent:
-    return FrameEvent(stream_id=stream, ts=ts, data=_jpeg(arr), fmt="jpeg")
-
-
 def _emb(feats: dict) -> np.ndarray:
     return unpack_array(feats["emb"]).astype(np.float32)
-
-
-def _raw(ev, offset: int = 0, value: bytes | None = None) -> RawMsg:
-    return RawMsg(topic="t", partition=0, offset=offset, key=ev.stream_id.encode(),
-                  value=encode_event(ev) if value is None else value, timestamp_ms=0)
 
 
 # -- runtime -----------------------------------------------------------------
@@ -116,8 +88,8 @@ def test_oom_on_one_item_falls_back_to_cpu_and_other_errors_propagate():
 def test_image_features_safe_distinct_deterministic(pipe):
     im = pipe.extractor("image")
     flat = np.full((360, 640, 3), (40, 120, 200), np.uint8)
-    a, b, a2, f = im.run([_frame(_chart(0), "a"), _frame(_chart(1), "b"),
-                          _frame(_chart(0), "c"), _frame(flat, "d")])
+    a, b, a2, f = im.run([frame_event(chart(0), "a"), frame_event(chart(1), "b"),
+                          frame_event(chart(0), "c"), frame_event(flat, "d")])
     for feats in (a, b, f):
         assert 0.0 <= feats["nsfw"] < 0.2
         e = _emb(feats)
@@ -129,23 +101,23 @@ def test_image_features_safe_distinct_deterministic(pipe):
 
 def test_near_duplicate_frame_reuses_features(pipe):
     im = pipe.extractor("image")
-    base = _chart(3)
+    base = chart(3)
     noisy = np.clip(base.astype(int) + np.random.default_rng(0).integers(-3, 4, base.shape),
                     0, 255).astype(np.uint8)
-    first, dup, other = im.run([_frame(base, "dup", 0), _frame(noisy, "dup", 1),
-                                _frame(_chart(4), "dup", 2)])
+    first, dup, other = im.run([frame_event(base, "dup", 0), frame_event(noisy, "dup", 1),
+                                frame_event(chart(4), "dup", 2)])
     assert "reused" not in first and dup["reused"] is True and "reused" not in other
     assert dup["emb"] == first["emb"] and dup["nsfw"] == first["nsfw"]
     assert hamming(dup["phash"], first["phash"]) <= 3
     # two flat frames share a hash but not a colour: not duplicates
     red, blue = (np.full((360, 640, 3), c, np.uint8) for c in ((200, 0, 0), (0, 0, 200)))
-    r, b = im.run([_frame(red, "flat", 0), _frame(blue, "flat", 1)])
+    r, b = im.run([frame_event(red, "flat", 0), frame_event(blue, "flat", 1)])
     assert "reused" not in b
 
 
 def test_batch_equals_singles(pipe):
     im = pipe.extractor("image")
-    rgbs = [np.asarray(Image.fromarray(_chart(i)).resize((256, 256))) for i in range(4)]
+    rgbs = [np.asarray(Image.fromarray(chart(i)).resize((256, 256))) for i in range(4)]
     emb_b, nsfw_b = im.embed_nsfw(rgbs)
     for i, rgb in enumerate(rgbs):
         emb_1, nsfw_1 = im.embed_nsfw([rgb])
@@ -162,47 +134,13 @@ def test_average_hash_bits():
 
 def test_sampled_ocr_reads_text(tmp_path):
     p = FeaturePipeline(Settings(data_dir=tmp_path, ocr_every_n_frames=2))
-    img = _chart(5, text="HELLO 2024")
-    out = p.extractor("image").run([_frame(img, "o", i) for i in range(3)])
+    img = chart(5, text="HELLO 2024")
+    out = p.extractor("image").run([frame_event(img, "o", i) for i in range(3)])
     assert "HELLO" in out[0]["ocr"]
     assert out[1].get("reused") is True and "HELLO" in out[1]["ocr"]  # a duplicate copies it
 
 
 # -- audio -------------------------------------------------------------------
-
-def _resonator(x: np.ndarray, f: float, bw: float, sr: int) -> np.ndarray:
-    r = np.exp(-np.pi * bw / sr)
-    a1, a2 = -2 * r * np.cos(2 * np.pi * f / sr), r * r
-    y = np.zeros_like(x)
-    y1 = y2 = 0.0
-    for i, v in enumerate(x):
-        y0 = v - a1 * y1 - a2 * y2
-        y[i], y2, y1 = y0, y1, y0
-    return y
-
-
-def _speechlike(sr: int = SR, secs: float = 2.0) -> np.ndarray:
-    """Voiced syllables at 4 Hz: a glottal pulse train with a wandering pitch
-    through three formant resonators, vowel changing per syllable."""
-    n = int(sr * secs)
-    t = np.arange(n) / sr
-    phase = np.cumsum((130 + 25 * np.sin(2 * np.pi * 0.7 * t)) / sr)
-    src = (np.diff(np.floor(phase), prepend=0) > 0).astype(float)
-    vowels = [(730, 1090, 2440), (270, 2290, 3010), (300, 870, 2240), (530, 1840, 2480)]
-    syl = sr // 4
-    out = np.zeros(n)
-    for k in range(0, n, syl):
-        seg = src[k:k + syl]
-        y = sum(_resonator(seg, f, 80 + 40 * j, sr) / (j + 1)
-                for j, f in enumerate(vowels[(k // syl) % 4]))
-        out[k:k + syl] = y * np.sin(np.pi * np.arange(len(seg)) / syl) ** 0.7
-    return (0.5 * out / np.abs(out).max()).astype(np.float32)
-
-
-def _chunk(x: np.ndarray, sr: int, ch: int = 1, stream: str = "a", ts: int = 0) -> AudioChunk:
-    pcm = (np.repeat(x[:, None], ch, axis=1) * 32767).astype("<i2")
-    return AudioChunk(stream_id=stream, ts=ts, data=pcm.tobytes(), sr=sr, ch=ch)
-
 
 @pytest.mark.parametrize("sr", [8000, 44100, 48000])
 def test_resampling_keeps_duration(sr):
@@ -213,11 +151,11 @@ def test_resampling_keeps_duration(sr):
 
 def test_speech_scores_above_silence_and_noise(pipe):
     au = pipe.extractor("audio")
-    speech = _speechlike()
+    speech = speechlike()
     noise = (0.3 * np.random.default_rng(1).standard_normal(len(speech))).astype(np.float32)
     sp, si, no = (unpack_array(f["speech"]) for f in au.run(
-        [_chunk(speech, SR, stream="sp"), _chunk(np.zeros_like(speech), SR, stream="si"),
-         _chunk(noise, SR, stream="no")]))
+        [audio_chunk(speech, SR, stream="sp"), audio_chunk(np.zeros_like(speech), SR, stream="si"),
+         audio_chunk(noise, SR, stream="no")]))
     assert sp.mean() > 0.3 and sp.max() > 0.9
     assert si.max() < 0.1 and no.mean() < 0.1
 
@@ -225,9 +163,9 @@ def test_speech_scores_above_silence_and_noise(pipe):
 def test_audio_keys_shapes_and_streaming_state(pipe):
     au = pipe.extractor("audio")
     sr = 48000
-    speech = resample(_speechlike(), 16000)  # stays 16 kHz content
+    speech = resample(speechlike(), 16000)  # stays 16 kHz content
     up = np.repeat(speech, 3)  # crude 48 kHz
-    chunks = [_chunk(up[i:i + sr // 10], sr, ch=2, stream="st", ts=i * 1_000_000 // sr)
+    chunks = [audio_chunk(up[i:i + sr // 10], sr, ch=2, stream="st", ts=i * 1_000_000 // sr)
               for i in range(0, len(up), sr // 10)]
     feats = au.run(chunks)
     for f in feats:
@@ -275,9 +213,9 @@ def test_extra_term_file(tmp_path):
 # -- the pipeline ------------------------------------------------------------
 
 def test_process_batch_keeps_order_and_dead_letters(pipe):
-    good = _frame(_chart(7), "p")
-    bad = FrameEvent(stream_id="p", ts=1, data=_jpeg(_chart(8))[:200], fmt="jpeg")
-    out = pipe.process("image", [_raw(good, 0), _raw(bad, 1), _raw(good, 2, b"\xc1")])
+    good = frame_event(chart(7), "p")
+    bad = FrameEvent(stream_id="p", ts=1, data=jpeg_of(chart(8))[:200], fmt="jpeg")
+    out = pipe.process("image", [raw_msg(good, 0), raw_msg(bad, 1), raw_msg(good, 2, b"\xc1")])
     assert isinstance(out[0], FeatureRecord) and "emb" in out[0].feats
     assert isinstance(out[1], DeadLetter) and out[1].error == "bad_image"
     assert isinstance(out[2], DeadLetter) and out[2].offset == 2
@@ -285,7 +223,7 @@ def test_process_batch_keeps_order_and_dead_letters(pipe):
 
 def test_light_profile_has_no_models(tmp_path):
     p = FeaturePipeline(Settings(data_dir=tmp_path, models="light"))
-    rec = p.process("text", [_raw(TextEvent(stream_id="l", ts=0, text="hello"))])[0]
+    rec = p.process("text", [raw_msg(TextEvent(stream_id="l", ts=0, text="hello"))])[0]
     assert isinstance(rec, FeatureRecord) and rec.feats == {"tokens": ["hello"], "caption": 1.0}
 
 
@@ -296,7 +234,7 @@ def test_settings_reject_missing_terms_file(tmp_path):
 
 def test_png_frames(pipe):
     buf = io.BytesIO()
-    Image.fromarray(_chart(9)).save(buf, format="PNG")
+    Image.fromarray(chart(9)).save(buf, format="PNG")
     f = pipe.extractor("image").run([FrameEvent(stream_id="png", ts=0, data=buf.getvalue(),
                                                 fmt="png")])[0]
     assert _emb(f).shape == (EMB_DIM,)

@@ -13,7 +13,7 @@ from app.runtime.metrics import Metrics
 from app.settings import Settings
 from schemas.codec import unpack_array
 from schemas.events import TextEvent
-from tests.unit.test_extractors_models import _chart, _chunk, _frame, _raw, _speechlike
+from tests.helpers import audio_chunk, chart, frame_event, raw_msg, speechlike
 
 
 def _requests(m: Metrics, modality: str, result: str) -> float:
@@ -34,8 +34,8 @@ def cached(tmp_path):
 def test_repeated_frame_skips_the_models_keeps_change(cached, monkeypatch):
     p, m, _ = cached
     im = p.extractor("image")
-    a, b = _chart(10), _chart(11)
-    first = im.run([_frame(a, "s1", 0), _frame(b, "s1", 1)])
+    a, b = chart(10), chart(11)
+    first = im.run([frame_event(a, "s1", 0), frame_event(b, "s1", 1)])
     calls: list[int] = []
     real = im.embed_nsfw
 
@@ -45,7 +45,7 @@ def test_repeated_frame_skips_the_models_keeps_change(cached, monkeypatch):
 
     monkeypatch.setattr(im, "embed_nsfw", spy)
     # The same two pictures on another stream: both from the cache, no model call.
-    again = im.run([_frame(a, "s2", 0), _frame(b, "s2", 1)])
+    again = im.run([frame_event(a, "s2", 0), frame_event(b, "s2", 1)])
     assert calls == []
     assert _requests(m, "image", "hit") == 2 and _requests(m, "image", "miss") == 2
     for f0, f1 in zip(first, again, strict=True):
@@ -55,7 +55,7 @@ def test_repeated_frame_skips_the_models_keeps_change(cached, monkeypatch):
     assert first[0]["change"] == again[0]["change"] == 0.0
     assert again[1]["change"] == pytest.approx(first[1]["change"]) and again[1]["change"] > 0
     # a new picture still runs the model, once
-    im.run([_frame(_chart(12), "s2", 2)])
+    im.run([frame_event(chart(12), "s2", 2)])
     assert calls == [1]
 
 
@@ -65,7 +65,7 @@ def test_same_picture_twice_in_a_batch_runs_the_models_once(cached, monkeypatch)
     calls: list[int] = []
     real = im.embed_nsfw
     monkeypatch.setattr(im, "embed_nsfw", lambda rgbs: (calls.append(len(rgbs)), real(rgbs))[1])
-    a, b = im.run([_frame(_chart(13), "t1", 0), _frame(_chart(13), "t2", 0)])
+    a, b = im.run([frame_event(chart(13), "t1", 0), frame_event(chart(13), "t2", 0)])
     assert calls == [1] and a["emb"] == b["emb"] and a["nsfw"] == b["nsfw"]
 
 
@@ -85,10 +85,11 @@ def test_text_features_come_whole_from_the_cache(cached):
 def test_audio_mel_cached_speech_still_streams(cached):
     p, m, _ = cached
     au = p.extractor("audio")
-    x = _speechlike(secs=1.0)
-    chunks = [_chunk(x[i:i + 1600], 16000, stream="a1", ts=i * 62) for i in range(0, 16000, 1600)]
+    x = speechlike(secs=1.0)
+    chunks = [audio_chunk(x[i:i + 1600], 16000, stream="a1", ts=i * 62)
+              for i in range(0, 16000, 1600)]
     first = au.run(chunks)
-    again = au.run([_chunk(x[i:i + 1600], 16000, stream="a2", ts=i * 62)
+    again = au.run([audio_chunk(x[i:i + 1600], 16000, stream="a2", ts=i * 62)
                     for i in range(0, 16000, 1600)])
     assert _requests(m, "audio", "hit") == len(chunks)
     for f0, f1 in zip(first, again, strict=True):
@@ -114,7 +115,7 @@ def test_cache_survives_a_restart_and_stages_count_it(tmp_path):
         m = Metrics()
         memo = FeatureMemo(open_worker_cache(s, m))
         p = FeaturePipeline(s, memo)
-        (rec,) = p.process("text", [_raw(ev)])
+        (rec,) = p.process("text", [raw_msg(ev)])
         assert _requests(m, "text", "hit" if run else "miss") == 1
         assert rec.stages["cache"] >= 0 and set(rec.stages) == {"queue", "decode", "model", "cache"}
         memo.close()
