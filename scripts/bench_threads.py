@@ -122,7 +122,7 @@ def main() -> int:
     ap.add_argument("--precision", default="int8", choices=["int8", "fp32"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma list of names")
+    ap.add_argument("--configs", default=";".join(CONFIGS), help="names, separated by ;")
     ap.add_argument("--quick", action="store_true", help="1 round of 5 s")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--text", type=int, default=1, help=argparse.SUPPRESS)
@@ -135,7 +135,7 @@ def main() -> int:
         return 0
     if args.quick:
         args.rounds, args.seconds = 1, 5.0
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    names = [c.strip() for c in args.configs.split(";") if c.strip()]
     res: dict[tuple[str, int], list[dict]] = {}
     for _ in range(args.rounds):
         for name in names:
