@@ -10,7 +10,7 @@ a lock file: workers starting together build once, the others wait.
 * FP32 (:func:`cpu_model`): ONNX Runtime's pre-processing (shape inference,
   basic graph optimisation), then per-channel affine ops that follow a Conv
   (Open-NSFW's batch norms, exported as Sub/Mul/Add) folded into its weights.
-  Exact to float rounding; Open-NSFW runs about 1.3x faster on the CPU.
+  Exact to float rounding; Open-NSFW runs about 1.4x faster on the CPU.
 * INT8 (:func:`int8_model`): ``quantize_static`` in QDQ format, weights int8
   per channel, activations uint8 per tensor (u8 x s8 is what AVX-512 VNNI
   multiplies), MinMax ranges over the calibration batches. The first
