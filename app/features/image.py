@@ -220,7 +220,7 @@ class ImageExtractor:
         self._side: ThreadPoolExecutor | None = None
         #: EfficientNet's cost per image over Open-NSFW's, measured as batches run; set
         #: in load() from what scripts/bench_extract.py measured for the precision
-        self._cost_ratio = 0.4
+        self._cost_ratio = 0.45
         self.load_s: dict[str, float] = {}
 
     def set_level(self, level: Level) -> None:
@@ -251,9 +251,9 @@ class ImageExtractor:
             t0 = time.perf_counter()
             self.nsfw = self._rt.session("open_nsfw", nsfw_model_path(),
                                          calibration=_calibration("nsfw", nsfw_input))
-            # a starting point for the EWMA: 187 against 125 frames/s at INT8, 106
-            # against 45 at FP32 (one thread each, batch 8)
-            self._cost_ratio = 0.65 if self.nsfw.precision == "int8" else 0.4
+            # a starting point for the EWMA: EfficientNet 172 against Open-NSFW 113
+            # frames/s at INT8, 93 against 43 at FP32 (docs/benchmarks.md, one thread each)
+            self._cost_ratio = 0.65 if self.nsfw.precision == "int8" else 0.45
             self.load_s["open_nsfw"] = time.perf_counter() - t0
         if self._ocr_every and self._ocr is None:
             t0 = time.perf_counter()
