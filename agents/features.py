@@ -56,6 +56,8 @@ def register(rt: Runtime, modality: str) -> None:
         await loop.run_in_executor(pool, warm)
         rt.metrics.stage.labels(f"load_{modality}").observe(time.perf_counter() - t0)
         m = rt.metrics
+        for model, (provider, precision) in list(pipeline.runtime.models.items()):
+            m.model_info.labels(model, provider, precision).set(1)
         stage = {name: m.stage.labels(name) for name in ("queue", "decode", "model", "cache")}
         level = m.degradation.labels(modality)
         level.set(0)

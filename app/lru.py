@@ -51,6 +51,9 @@ class LRU(Generic[K, V]):
     def pop(self, key: K) -> V | None:
         return self._d.pop(key, None)
 
+    def clear(self) -> None:  # scripts/benchlib/naive.py empties the text memo per record
+        self._d.clear()
+
     def __contains__(self, key: object) -> bool:
         return key in self._d
 

@@ -89,6 +89,11 @@ class Settings(BaseSettings):
         description="signal the skew estimate compares per update (every 0.5 s of media), ms")
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="inference device")
     gpu_mem_limit_mb: int = Field(default=0, ge=0, description="CUDA arena cap, MiB; 0: no cap")
+    precision: Literal["auto", "fp32", "int8", "fp16"] = Field(
+        default="auto", description="image model precision. auto: FP16 on CUDA; on a CPU INT8"
+        " (static, built at first start into models_dir) where it measured >= 1.15x FP32, else"
+        " FP32. fp16 on a CPU and int8 on CUDA fall back to FP32 and FP16",
+    )
     models: Literal["full", "light"] = Field(
         default="full", description="full: the real models (embeddings, NSFW, VAD, mel, terms);"
         " light: only the cheap signals the aligner needs (luma, change, rms, tokens)",

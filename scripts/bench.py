@@ -6,8 +6,9 @@ repeated content drawn with a Zipf(1.0) skew and a 3x burst for 2 s in every
 10 s, published at wall-clock pace (the record's Kafka timestamp is its send
 time). A rate ``r`` means ``round(r * N)`` streams.
 
-Each side (``before``: ``scripts/benchlib/naive.py``, one process; ``after``: ``--workers``
-mmsync workers) gets a fresh broker, a warm-up, then a short search over the
+Each side (``before``: ``scripts/benchlib/naive.py``, one process, FP32 models;
+``after``: ``--workers`` mmsync workers, once per ``--precisions`` entry, FP32 and
+INT8 by default: ``MMSYNC_PRECISION``) gets a fresh broker, a warm-up, then a short search over the
 rate: each step publishes ``--step-s`` seconds of media; it passes when the
 p99 latency is within ``--p99-bound`` and every input is accounted for within
 the drain time; the rate doubles until a step fails, then bisects once.
@@ -20,13 +21,13 @@ the rate it sustained). CPU = the processes' utime+stime per
 wall second over the step; memory = their peak RSS (VmHWM).
 
 Also: raw ONNX Runtime frames/s of EfficientNet-Lite0 + Open-NSFW (the same
-sessions, batch ``MMSYNC_BATCH_MAX``, the same thread count) measured in this
-run, mmsync's merged frames/s at its max load as a fraction of it, and the
+sessions, batch ``MMSYNC_BATCH_MAX``, the same thread count) at each precision,
+measured in this run, mmsync's merged frames/s at its max load as a fraction of it, and the
 p99 of mmsync_stage_seconds (the worker's /metrics) at 70% of max load, and there
 the moderation alerts' latency per modality beside the window latency, and whether
 every input over threshold alerted (``scripts/benchlib/alerts.py``; ``--no-alerts``).
 
-    .venv/bin/python scripts/bench.py                 # about 6-7 minutes
+    .venv/bin/python scripts/bench.py                 # about 10 minutes
     .venv/bin/python scripts/bench.py --quick         # a smoke run, about 3 minutes
     .venv/bin/python scripts/bench.py --profile       # + py-spy on each side for one step
 """
@@ -95,7 +96,7 @@ def _cpu_s(pid: int) -> float:
 
 @dataclass
 class Side:
-    kind: str  # "naive" or "mmsync"
+    kind: str  # "naive" or "mmsync-<precision>"
     procs: list[subprocess.Popen[bytes]]
     ports: list[int]
     logs: list[Path]
@@ -120,7 +121,7 @@ def _start(kind: str, broker: EmbeddedBroker, tmp: Path, workers: int, extra: di
            ) -> Side:
     prefix = f"b{kind[0]}"
     s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix, partitions=8,
-                 data_dir=tmp / f"data-{kind}", models_dir=tmp / "models")
+                 data_dir=tmp / f"data-{kind}", models_dir=_models_dir(tmp))
     procs, ports, logs = [], [], []
     n = 1 if kind == "naive" else workers
     for i in range(n):
@@ -289,7 +290,8 @@ async def _step(side: Side, col: Collector, sp: MixSpec, rate: float, args: Any,
     st = Step(rate=rate, streams=sp.streams, sent=len(items),
               offered_eps=len(items) / sp.seconds)
     sent: dict[str, tuple[int, float]] = {}
-    scrape0 = await asyncio.to_thread(_scrape, side.ports) if side.kind == "mmsync" else {}
+    mm = side.kind.startswith("mmsync")
+    scrape0 = await asyncio.to_thread(_scrape, side.ports) if mm else {}
     spy = None
     if profile_to is not None:
         spy = _py_spy(side, profile_to, sp.seconds)
@@ -302,7 +304,7 @@ async def _step(side: Side, col: Collector, sp: MixSpec, rate: float, args: Any,
             m = await asyncio.to_thread(_scrape, side.ports)
             levels.append(m.get(("degradation", "level", 0.0), 0.0))
 
-    poller = asyncio.create_task(poll()) if side.kind == "mmsync" else None
+    poller = asyncio.create_task(poll()) if mm else None
     t_last = await _publish(side.s, items, sent, progress,
                             f"{side.kind} r={rate:g} ({sp.streams} streams)")
     drain_to = t_last + args.drain_s
@@ -320,7 +322,7 @@ async def _step(side: Side, col: Collector, sp: MixSpec, rate: float, args: Any,
             st.degrade_max = max(levels)
             st.degrade_share = sum(v > 0 for v in levels) / len(levels)
     st.cores = (side.cpu() - c0) / max(time.time() - w0, 1e-9)
-    if side.kind == "mmsync":
+    if mm:
         scrape1 = await asyncio.to_thread(_scrape, side.ports)
         st.stages = {k: {"p99_le_s": v[0], "n": v[1]}
                      for k, v in _stage_p99(scrape0, scrape1).items()}
@@ -420,12 +422,20 @@ def _finish_py_spy(proc: subprocess.Popen[bytes], out: Path) -> None:
 
 # -- raw model throughput --------------------------------------------------------
 
-def _raw_onnx(tmp: Path, seconds: float, batch: int) -> tuple[float, int, int]:
-    """EfficientNet-Lite0 + Open-NSFW frames/s on pre-decoded batches (the worker's sessions)."""
+def _models_dir(tmp: Path) -> Path:
+    """MMSYNC_MODELS_DIR when set (INT8 files built once there), else the run's own."""
+    env = os.environ.get("MMSYNC_MODELS_DIR")
+    return Path(env) if env else tmp / "models"
+
+
+def _raw_onnx(tmp: Path, seconds: float, batch: int, precision: str = "fp32"
+              ) -> tuple[float, int, int]:
+    """EfficientNet-Lite0 + Open-NSFW frames/s on pre-decoded batches (the worker's sessions,
+    one after the other) at ``precision``."""
     from app.features.image import SIDE, effnet_input, nsfw_input
     from app.features.pipeline import FeaturePipeline
 
-    s = Settings(data_dir=tmp / "data-raw", models_dir=tmp / "models",
+    s = Settings(data_dir=tmp / "data-raw", models_dir=_models_dir(tmp), precision=precision,
                  **({"batch_max": batch} if batch else {}))
     p = FeaturePipeline(s)
     p.warm("image")
@@ -454,14 +464,16 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
         await wait_for_broker(s0, timeout_s=20)
         await create_topics(s0, (*CONTRACT_TOPICS, NAIVE_TOPIC))
         extra = {"MMSYNC_BATCH_MAX": str(args.batch_max)} if args.batch_max else {}
-        if kind == "mmsync":
+        # naive runs the FP32 models (the baseline as it was); mmsync-<p> at precision p
+        extra["MMSYNC_PRECISION"] = kind.split("-", 1)[1] if "-" in kind else "fp32"
+        if kind.startswith("mmsync"):
             extra.update(bench_alerts.worker_env(tmp, args))  # alerts: issue 17
             extra.update(kv.split("=", 1) for kv in args.env)
         side = _start(kind, broker, tmp, args.workers, extra)
         col = Collector(side)
         await col.start()
         alert_col, alert_res = None, None  # alerts: issue 17
-        if kind == "mmsync" and not args.no_alerts:
+        if kind.startswith("mmsync") and not args.no_alerts:
             alert_col = bench_alerts.AlertCollector(side.s)
             await alert_col.start()
         steps: list[Step] = []
@@ -477,7 +489,7 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
                 await asyncio.sleep(0.2)
             if not side.alive():
                 raise RuntimeError(f"{kind} exited during warm-up\n{side.tail()}")
-            if kind == "mmsync":  # the start-up backlog may have raised the level
+            if kind.startswith("mmsync"):  # the start-up backlog may have raised the level
                 t1 = time.time()
                 while time.time() - t1 < args.calm_wait_s:
                     m = await asyncio.to_thread(_scrape, side.ports)
@@ -503,7 +515,7 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
                     rate = rate / 2 if best is None else (rate + best) / 2
                 await _settle(side, col, st, args)
             at70 = None
-            if kind == "mmsync" and side.alive() and not args.no_70:
+            if kind.startswith("mmsync") and side.alive() and not args.no_70:
                 r70 = round(0.7 * (best if best is not None else args.start_rate / 2), 3)
                 sp = _spec_at(spec, r70, f"{kind[0]}70", t0, 99 * 1_000_000)
                 at70 = await _step(side, col, sp, r70, args, progress)
@@ -589,6 +601,8 @@ def main() -> int:
     ap.add_argument("--calm-wait-s", type=float, default=10.0,
                     help="after the warm-up, wait up to this long for degradation level 0")
     ap.add_argument("--sides", default="naive,mmsync")
+    ap.add_argument("--precisions", default="fp32,int8",
+                    help="MMSYNC_PRECISION of each mmsync phase (one phase per entry)")
     ap.add_argument("--no-70", action="store_true", help="skip the 70%%-of-max step")
     ap.add_argument("--profile", action="store_true",
                     help="py-spy record the (first) worker during each side's first step")
@@ -611,14 +625,21 @@ def main() -> int:
                       f"~{spec.caption_every_s:g} s; Zipf s={spec.zipf_s} over {spec.pool} "
                       f"cards/jingles and {24} captions; {spec.burst_x:g}x bursts of "
                       f"{spec.burst_s:g} s every {spec.burst_every_s:g} s; {os.cpu_count()} CPUs")
-        raw_fps, raw_b, raw_threads = _raw_onnx(tmp, 3.0 if args.quick else 6.0,
-                                                 args.batch_max)
-        console.print(f"raw ONNX EfficientNet-Lite0 + Open-NSFW: {raw_fps:.1f} frames/s "
-                      f"(batch {raw_b}, {raw_threads} threads per session)")
+        precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+        raw_fps: dict[str, float] = {}
+        for prec in dict.fromkeys(["fp32", *precisions]):
+            raw_fps[prec], raw_b, raw_threads = _raw_onnx(tmp, 3.0 if args.quick else 6.0,
+                                                          args.batch_max, prec)
+            console.print(f"raw ONNX EfficientNet-Lite0 + Open-NSFW at {prec}: "
+                          f"{raw_fps[prec]:.1f} frames/s (batch {raw_b}, {raw_threads} threads"
+                          " per session, one model after the other)")
+        sides = []
+        for side in (k.strip() for k in args.sides.split(",") if k.strip()):
+            sides += [f"mmsync-{p}" for p in precisions] if side == "mmsync" else [side]
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
                 "{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
                 transient=True) as progress:
-            for kind in [k.strip() for k in args.sides.split(",") if k.strip()]:
+            for kind in sides:
                 results[kind] = asyncio.run(_phase(kind, tmp, spec, args, progress))
         if args.profile:
             for kind in results:
@@ -640,63 +661,88 @@ def main() -> int:
     return 0
 
 
-def _report(results: dict[str, dict[str, Any]], raw_fps: float, args: Any, wall: float) -> None:
-    nv, mm = results.get("naive"), results.get("mmsync")
-    console.rule("before (naive) vs after (mmsync)")
-    if nv and mm:
+def _qps(res: dict[str, Any]) -> float:
+    best = _pick(res)
+    return best.qps if best else (max(s.qps for s in res["steps"]) if res["steps"] else 0.0)
+
+
+def _full_qps(res: dict[str, Any]) -> float:
+    full = [s for s in res["steps"] if s.full]
+    return max(full, key=lambda s: s.rate).qps if full else float("nan")
+
+
+def _report(results: dict[str, dict[str, Any]], raw_fps: dict[str, float], args: Any,
+            wall: float) -> None:
+    nv = results.get("naive")
+    for kind, mm in results.items():
+        if kind.startswith("mmsync"):
+            _report_one(nv, kind, mm, raw_fps.get(kind.split("-", 1)[1], float("nan")), args)
+    mms = {k: v for k, v in results.items() if k.startswith("mmsync")}
+    if nv and mms:
+        console.rule("both precisions (naive runs FP32)")
+        names = ["naive", *mms]
+        print(f"{'':42}" + "".join(f"{n:>14}" for n in names))
+        for label, fn in ((f"QPS, events/s at p99 <= {args.p99_bound:g} s", _qps),
+                          ("QPS with every model feature (no degr.)", _full_qps)):
+            vals = [_qps(nv), *(fn(v) for v in mms.values())]  # naive never degrades
+            print(f"{label:42}" + "".join(f"{v:>14.2f}" for v in vals))
+            print(f"{'  x naive':42}{'':>14}" + "".join(f"{_ratio(vals[0], v):>14}"
+                                                    for v in vals[1:]))
+        print("raw ONNX frames/s: " + ", ".join(f"{p} {v:.1f}" for p, v in raw_fps.items()))
+    print(f"\nbench wall time {wall:.0f} s")
+
+
+def _report_one(nv: dict[str, Any] | None, kind: str, mm: dict[str, Any], raw_fps: float,
+                args: Any) -> None:
+    console.rule(f"before (naive) vs after ({kind})")
+    if nv:
         # latency and CPU on the same input: the highest rate both sides ran
         common = sorted({s.rate for s in nv["steps"]} & {s.rate for s in mm["steps"]})
         r = common[-1] if common else None
         a = next((s for s in nv["steps"] if s.rate == r), None)
         b = next((s for s in mm["steps"] if s.rate == r), None)
         bn, bm = _pick(nv), _pick(mm)
-        q_a = bn.qps if bn else (max(s.qps for s in nv["steps"]) if nv["steps"] else 0.0)
-        q_b = bm.qps if bm else (max(s.qps for s in mm["steps"]) if mm["steps"] else 0.0)
         rows = []
         if a and b:
             rows += [(f"mean latency, s (rate {r:g})", a.mean_s, b.mean_s),
                      (f"p99 latency, s (rate {r:g})", a.p99_s, b.p99_s)]
-        rows.append((f"QPS, events/s at p99 <= {args.p99_bound:g} s", q_a, q_b))
-        full = [s for s in mm["steps"] if s.full]
+        rows.append((f"QPS, events/s at p99 <= {args.p99_bound:g} s", _qps(nv), _qps(mm)))
         if not args.full_features:
-            rows.append(("  QPS with every model feature (no degr.)", q_a,
-                         max(full, key=lambda s: s.rate).qps if full else float("nan")))
+            rows.append(("  QPS with every model feature (no degr.)", _qps(nv), _full_qps(mm)))
         if a and b:
             rows.append((f"CPU, cores (rate {r:g})", a.cores, b.cores))
         rows.append(("memory, peak RSS MB", nv["rss_mb"], mm["rss_mb"]))
         print(f"{'':42}{'before':>10}{'after':>10}{'change':>10}")
         for name, x, y in rows:
             print(f"{name:42}{x:>10.2f}{y:>10.2f}{_ratio(x, y):>10}")
+
         def _at(best: Step | None) -> str:
             return f"at rate {best.rate:g}" if best else "no step passed, its best failing step"
 
-        print(f"(QPS: naive {_at(bn)}, mmsync {_at(bm)}; "
-              f"mmsync workers: {args.workers})")
-    if mm:
-        bm = _pick(mm)
-        top = bm or (max(mm["steps"], key=lambda s: s.qps) if mm["steps"] else None)
-        if top:
-            print(f"\nmmsync frames/s at max load (rate {top.rate:g}): {top.frames_ps:.1f} = "
-                  f"{100 * top.frames_ps / raw_fps:.0f}% of raw ONNX {raw_fps:.1f} frames/s "
-                  f"(near-duplicate reuse, the cache and degradation let it pass 100%; "
-                  f"degradation level max {top.degrade_max:g}, above 0 "
-                  f"{100 * top.degrade_share:.0f}% of the step)")
-            hits = sum(v for k, v in top.cache.items() if k.endswith("_hit"))
-            asked = hits + sum(v for k, v in top.cache.items() if k.endswith("_miss"))
-            if asked:
-                print(f"feature cache at that rate: {100 * hits / asked:.1f}% hits of "
-                      f"{int(asked)} look-ups {dict(top.cache)}")
-        at70 = mm.get("at70")
-        if at70 is not None:
-            print(f"\nmmsync at 70% of max (rate {at70.rate:g}): e2e p99 {at70.p99_s:.2f} s; "
-                  "mmsync_stage_seconds p99 (bucket upper bound) per stage:")
-            for stage, v in sorted(at70.stages.items()):
-                if not stage.startswith("load_"):
-                    le = v["p99_le_s"]
-                    bound = f"<= {le:g} s" if le != float("inf") else "> the largest bucket"
-                    print(f"  {stage:20} {bound}  (n={v['n']})")
-            bench_alerts.print_report(mm.get("alerts"), at70)  # alerts: issue 17
-    print(f"\nbench wall time {wall:.0f} s")
+        print(f"(QPS: naive {_at(bn)}, {kind} {_at(bm)}; mmsync workers: {args.workers})")
+    bm = _pick(mm)
+    top = bm or (max(mm["steps"], key=lambda s: s.qps) if mm["steps"] else None)
+    if top:
+        print(f"\n{kind} frames/s at max load (rate {top.rate:g}): {top.frames_ps:.1f} = "
+              f"{100 * top.frames_ps / raw_fps:.0f}% of raw ONNX {raw_fps:.1f} frames/s "
+              f"(near-duplicate reuse, the cache and degradation let it pass 100%; "
+              f"degradation level max {top.degrade_max:g}, above 0 "
+              f"{100 * top.degrade_share:.0f}% of the step)")
+        hits = sum(v for k, v in top.cache.items() if k.endswith("_hit"))
+        asked = hits + sum(v for k, v in top.cache.items() if k.endswith("_miss"))
+        if asked:
+            print(f"feature cache at that rate: {100 * hits / asked:.1f}% hits of "
+                  f"{int(asked)} look-ups {dict(top.cache)}")
+    at70 = mm.get("at70")
+    if at70 is not None:
+        print(f"\n{kind} at 70% of max (rate {at70.rate:g}): e2e p99 {at70.p99_s:.2f} s; "
+              "mmsync_stage_seconds p99 (bucket upper bound) per stage:")
+        for stage, v in sorted(at70.stages.items()):
+            if not stage.startswith("load_"):
+                le = v["p99_le_s"]
+                bound = f"<= {le:g} s" if le != float("inf") else "> the largest bucket"
+                print(f"  {stage:20} {bound}  (n={v['n']})")
+        bench_alerts.print_report(mm.get("alerts"), at70)  # alerts: issue 17
 
 
 if __name__ == "__main__":

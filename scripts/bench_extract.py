@@ -6,18 +6,26 @@ of 1, and the batched/unbatched ratio. Inputs: 640x360 JPEG charts, 100 ms
 chunks of 48 kHz stereo audio, zh/en caption sentences (all distinct, so no
 memo or duplicate reuse flatters the numbers).
 
-A second table runs the pipeline on a repeated-content trace (a pool of
+A second table puts FP32 and INT8 side by side for the image models, in one run
+(``MMSYNC_PRECISION=fp32`` and ``int8``, the CPU files the worker builds; the
+source graph as shipped too): raw frames/s per model and for both, as the worker
+runs them (``ImageExtractor.embed_nsfw``: the two at once), and the pipeline's
+frames/s in batches of 8, each measured in alternating rounds (medians).
+
+A third table runs the pipeline on a repeated-content trace (a pool of
 distinct inputs drawn with a Zipf(1.0) skew, spread over 8 streams so the
 per-stream near-duplicate test does not catch them) with the feature cache
 and without it, and prints items/s, the hit ratio and the ratio.
 
     .venv/bin/python scripts/bench_extract.py [--quick] [--device cpu|auto|cuda]
+        [--precision auto|fp32|int8|fp16] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,13 +34,15 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageDraw
 
-from app.cache.features import FeatureMemo, open_worker_cache
-from app.consumed import RawMsg
-from app.features.image import effnet_input, nsfw_input
-from app.features.pipeline import FeaturePipeline
-from app.runtime.metrics import Metrics
-from app.settings import Settings
-from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.cache.features import FeatureMemo, open_worker_cache  # noqa: E402
+from app.consumed import RawMsg  # noqa: E402
+from app.features.image import effnet_input, nsfw_input  # noqa: E402
+from app.features.pipeline import FeaturePipeline  # noqa: E402
+from app.runtime.metrics import Metrics  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event  # noqa: E402
 
 _ZH = ["今天的新闻发布会介绍了新产品", "警方提醒市民注意电话诈骗", "我们明天早上八点出发去机场",
        "这部电影的音乐非常好听", "天气预报说下午会有大雨"]
@@ -129,6 +139,81 @@ def _concurrency_ab(p: FeaturePipeline, reps: int) -> tuple[float, float]:
     return float(np.median(res["serial"])), float(np.median(res["concurrent"]))
 
 
+def _precision_ab(s: Settings, n: int, rounds: int) -> None:
+    """FP32 against INT8 (and the shipped graph) for the image models: raw and pipeline."""
+    from app.features.image import ImageExtractor, nsfw_model_path
+    from app.features.onnx import ModelRuntime
+
+    rgbs = [np.asarray(Image.fromarray(_chart(i)).resize((256, 256))) for i in range(8)]
+    xe, xn = effnet_input(rgbs), nsfw_input(rgbs)
+    ex = {}
+    for prec in ("fp32", "int8"):
+        e = ImageExtractor(ModelRuntime("cpu", models_dir=s.models_path, threads=s.model_threads,
+                                        precision=prec))
+        e.load()
+        ex[prec] = e
+    rt = ModelRuntime("cpu", models_dir=s.models_path, threads=s.model_threads)
+    shipped = rt.cpu_session(nsfw_model_path())
+    eff_src = rt.cpu_session(s.models_path / "efficientnet_lite0_emb.onnx")
+    pipes = {prec: FeaturePipeline(s.model_copy(update={"precision": prec})) for prec in ex}
+    evs = _events("image", n + 8)
+    msgs = [RawMsg("t", 0, i, b"b", encode_event(e), 0) for i, e in enumerate(evs)]
+    for p in pipes.values():
+        p.warm("image")
+        p.process("image", msgs[:8])
+    for e in ex.values():  # let embed_nsfw learn the two models' cost ratio (EWMA)
+        for _ in range(5):
+            e.embed_nsfw(rgbs)
+
+    def timed(fn, items: int) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return items / (time.perf_counter() - t0)
+
+    def pipe(p: FeaturePipeline) -> None:
+        for i in range(8, len(msgs), 8):
+            p.process("image", msgs[i:i + 8])
+
+    rows: dict[str, dict[str, list[float]]] = {}
+    for _ in range(rounds):
+        for prec, e in ex.items():
+            eff, nsf = e.effnet, e.nsfw
+            r = rows.setdefault(prec, {})
+            r.setdefault("EfficientNet-Lite0", []).append(
+                timed(lambda eff=eff: eff.run(xe), 8))
+            r.setdefault("Open-NSFW", []).append(timed(lambda nsf=nsf: nsf.run(xn), 8))
+            r.setdefault("both, one after the other", []).append(
+                timed(lambda eff=eff, nsf=nsf: (eff.run(xe), nsf.run(xn)), 8))
+            r.setdefault("+ preprocessing, in turn", []).append(timed(
+                lambda eff=eff, nsf=nsf: (eff.run(effnet_input(rgbs)), nsf.run(nsfw_input(rgbs))),
+                8))
+            r.setdefault("+ preprocessing, at once", []).append(
+                timed(lambda e=e: e.embed_nsfw(rgbs), 8))
+            r.setdefault("pipeline, batches of 8", []).append(
+                timed(lambda p=pipes[prec]: pipe(p), len(msgs) - 8))
+        src = rows.setdefault("shipped", {})
+        src.setdefault("EfficientNet-Lite0", []).append(
+            timed(lambda: eff_src.run(None, {"image": xe}), 8))
+        src.setdefault("Open-NSFW", []).append(
+            timed(lambda: shipped.run(None, {shipped.get_inputs()[0].name: xn}), 8))
+        src.setdefault("both, one after the other", []).append(timed(lambda: (
+            eff_src.run(None, {"image": xe}),
+            shipped.run(None, {shipped.get_inputs()[0].name: xn})), 8))
+    med = {k: {m: float(np.median(v)) for m, v in r.items()} for k, r in rows.items()}
+    print(f"\nimage models, frames/s, FP32 vs INT8 (CPU, {ex['int8'].nsfw.sess.get_providers()[0]},"
+          f" {rounds} alternating rounds, medians; batch 8)")
+    print(f"{'':28} {'shipped':>8} {'fp32':>8} {'int8':>8} {'int8/fp32':>10}")
+    for m in med["fp32"]:
+        sh = med["shipped"].get(m)
+        print(f"{m:28} {sh if sh is not None else float('nan'):>8.1f} {med['fp32'][m]:>8.1f} "
+              f"{med['int8'][m]:>8.1f} {med['int8'][m] / med['fp32'][m]:>10.2f}")
+    print("(tensors in, except: + preprocessing = effnet_input and nsfw_input too, the two\n"
+          " models in turn or at once as ImageExtractor.embed_nsfw runs them; pipeline =\n"
+          " FeaturePipeline.process on 640x360 JPEGs. shipped: the packaged source graphs)")
+    for prec, e in ex.items():
+        print(f"{prec}: {e.version}")
+
+
 def _pipeline_rate(s: Settings, modality: str, n: int, batch: int) -> float:
     p = FeaturePipeline(s)
     p.warm(modality)
@@ -181,12 +266,19 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer items (about 20 s)")
     ap.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: auto)")
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "int8", "fp16"],
+                    help="of the first and third tables (the second shows fp32 and int8)")
     args = ap.parse_args()
     n, repeat = (32, 3) if args.quick else (96, 10)
     with tempfile.TemporaryDirectory() as tmp:
-        s = Settings(data_dir=Path(tmp), device=args.device, model_threads=args.threads)
+        # The models directory of MMSYNC_MODELS_DIR (or a temporary one): INT8 builds once.
+        s = Settings(data_dir=Path(tmp), device=args.device, model_threads=args.threads,
+                     precision=args.precision)
         p = FeaturePipeline(s)
-        print(f"device={args.device} threads={p.runtime.threads} items={n}")
+        p.warm("image")
+        im = p.extractor("image")
+        print(f"device={args.device} threads={p.runtime.threads} items={n} "
+              f"precision={args.precision}: {im.version}")
         print(f"{'modality':<8} {'load s':>7} {'raw b1/s':>9} {'raw b8/s':>9} "
               f"{'pipe b8/s':>10} {'pipe b1/s':>10} {'b8/b1':>6}")
         for modality in ("image", "audio", "text"):
@@ -199,6 +291,8 @@ def main() -> None:
         ser, conc = _concurrency_ab(p, 3 if args.quick else 8)
         print(f"\nimage models, batch 8: one after the other {ser:.1f} frames/s, at once"
               f" {conc:.1f} frames/s, ratio {conc / ser:.2f}")
+        if args.device == "cpu" or not p.runtime.gpu_wanted():
+            _precision_ab(s, n, 3 if args.quick else 7)
         pool, count = (24, 96) if args.quick else (48, 384)
         print(f"\nrepeated content: {count} records from {pool} distinct, Zipf 1.0, 8 streams,"
               " batches of 8")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
 import logging
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +26,11 @@ from PIL import Image
 from app.cache.features import FeatureMemo
 from app.errors import InvalidInputError
 from app.features.degrade import LEVELS, Level
+from app.features.frames import CALIBRATION_SEED, calibration_frames
 from app.features.light import THUMB, ImageSignals, decode_gray_thumb, decode_resized
 from app.features.onnx import CPU as CPU_PROVIDER
 from app.features.onnx import ModelRuntime, ModelSession, atomic_write
+from app.features.quantize import Calibration
 from app.lru import LRU
 from schemas.codec import pack_array
 from schemas.events import FrameEvent
@@ -50,6 +54,12 @@ DUP_MAX_BITS = 3
 DUP_MAX_CHANGE = 0.02
 _MAX_STREAMS = 4096
 _OCR_MAX_SIDE = 1280
+#: INT8 calibration: frames from app.features.frames, fed in batches of 8.
+_CALIB_FRAMES = 160
+_CALIB_BATCH = 8
+#: EfficientNet-Lite0's stem and first two blocks (6 convolutions) stay FP32 in its INT8
+#: model: quantized, they alone took the embeddings' mean cosine to FP32 from 0.99 to 0.96.
+_EFFNET_FP32_CONVS = 6
 
 
 def nsfw_model_path() -> Path:
@@ -131,6 +141,19 @@ def nsfw_input(rgbs: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def _calibration(model: str, prep: Callable[[list[np.ndarray]], np.ndarray],
+                 fp32_head_convs: int = 0) -> Calibration:
+    """The INT8 calibration of one image model; the recipe names the frames and the
+    preprocessing (change ``pre1`` when effnet_input / nsfw_input change)."""
+    def batches() -> Iterator[np.ndarray]:
+        frames = calibration_frames(_CALIB_FRAMES)
+        while chunk := list(itertools.islice(frames, _CALIB_BATCH)):
+            yield prep(chunk)
+
+    return Calibration(f"frames:{CALIBRATION_SEED}:{_CALIB_FRAMES}|{model}:pre1", batches,
+                       fp32_head_convs)
+
+
 @dataclass(slots=True)
 class _Anchor:
     """The last frame of a stream whose model features were computed."""
@@ -195,8 +218,9 @@ class ImageExtractor:
         self.nsfw: ModelSession | None = None
         self._ocr: Any = None
         self._side: ThreadPoolExecutor | None = None
-        #: EfficientNet's cost per image over Open-NSFW's, measured as batches run
-        self._cost_ratio = 0.35
+        #: EfficientNet's cost per image over Open-NSFW's, measured as batches run; set
+        #: in load() from what scripts/bench_extract.py measured for the precision
+        self._cost_ratio = 0.45
         self.load_s: dict[str, float] = {}
 
     def set_level(self, level: Level) -> None:
@@ -205,11 +229,13 @@ class ImageExtractor:
 
     @property
     def version(self) -> str:
-        """What the cached features depend on besides the image bytes: the models and
-        where they ran (FP16 on a GPU gives slightly different numbers)."""
-        parts = [f"{m.name}:{m.provider}:{'fp16' if m.fp16 else 'fp32'}"
+        """What the cached features depend on besides the image bytes: the models, the
+        files that ran (a derived file's name carries the digest of what built it) and
+        where (FP16 on a GPU or INT8 on the CPU give slightly different numbers), so
+        INT8 features are never served for FP32 keys, nor the reverse."""
+        parts = [f"{m.name}:{m.provider}:{m.precision}:{m.model_file}"
                  for m in (self.effnet, self.nsfw) if m is not None]
-        return "img1|" + "|".join(parts)
+        return "img2|" + "|".join(parts)
 
     def load(self) -> None:
         if self.effnet is None:
@@ -217,11 +243,17 @@ class ImageExtractor:
             path = self._rt.models_dir / "efficientnet_lite0_emb.onnx"
             if not path.exists():
                 export_efficientnet(path)
-            self.effnet = self._rt.session("efficientnet_lite0", path)
+            self.effnet = self._rt.session(
+                "efficientnet_lite0", path,
+                calibration=_calibration("effnet", effnet_input, _EFFNET_FP32_CONVS))
             self.load_s["efficientnet_lite0"] = time.perf_counter() - t0
         if self.nsfw is None:
             t0 = time.perf_counter()
-            self.nsfw = self._rt.session("open_nsfw", nsfw_model_path())
+            self.nsfw = self._rt.session("open_nsfw", nsfw_model_path(),
+                                         calibration=_calibration("nsfw", nsfw_input))
+            # a starting point for the EWMA: EfficientNet 172 against Open-NSFW 113
+            # frames/s at INT8, 93 against 43 at FP32 (docs/benchmarks.md, one thread each)
+            self._cost_ratio = 0.65 if self.nsfw.precision == "int8" else 0.45
             self.load_s["open_nsfw"] = time.perf_counter() - t0
         if self._ocr_every and self._ocr is None:
             t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""ONNX Runtime sessions: provider choice, FP16 on CUDA, padded batches, OOM fallback.
+"""ONNX Runtime sessions: provider and precision choice, padded batches, OOM fallback.
 
 Pure (no Faust). One :class:`ModelRuntime` per worker process builds every
 session; each :class:`ModelSession` knows which provider really runs it
@@ -15,11 +15,14 @@ import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
 from app.errors import TransientError
+
+if TYPE_CHECKING:
+    from app.features.quantize import Calibration
 
 __all__ = [
     "CPU",
@@ -27,6 +30,7 @@ __all__ = [
     "TRT",
     "ModelRuntime",
     "ModelSession",
+    "Precision",
     "atomic_write",
     "default_threads",
     "is_oom",
@@ -85,18 +89,26 @@ class ModelSession:
     """
 
     def __init__(self, name: str, sess: _Session, input_name: str,
-                 cpu_factory: Callable[[], _Session] | None = None, fp16: bool = False) -> None:
+                 cpu_factory: Callable[[], _Session] | None = None, precision: str = "fp32",
+                 model_file: str = "") -> None:
         self.name = name
         self.sess = sess
         self.input_name = input_name
         self.providers = list(sess.get_providers())
         self.provider = self.providers[0] if self.providers else CPU
-        self.fp16 = fp16
+        #: "fp32", "fp16" (CUDA) or "int8" (CPU): what really runs
+        self.precision = precision
+        #: the ONNX file's name (derived files carry a digest of what built them)
+        self.model_file = model_file
         self._cpu_factory = cpu_factory
         self._cpu: _Session | None = None
         #: items that had to run on the CPU fallback (for metrics and tests).
         self.cpu_fallbacks = 0
         self.oom_splits = 0
+
+    @property
+    def fp16(self) -> bool:
+        return self.precision == "fp16"
 
     @property
     def on_gpu(self) -> bool:
@@ -138,39 +150,82 @@ class ModelSession:
         return [np.asarray(o)[:n] for o in outs]
 
 
+Precision = Literal["auto", "fp32", "int8", "fp16"]
+
+
 class ModelRuntime:
-    """Builds sessions for one worker process from the device settings."""
+    """Builds sessions for one worker process from the device and precision settings.
+
+    Precision per session, from ``precision`` and where the session runs:
+
+    ========= ========================= ==========================================
+    setting   on CUDA                   on the CPU
+    ========= ========================= ==========================================
+    auto      FP16                      INT8 where it measured >= MIN_GAIN x FP32
+    fp32      FP32                      FP32
+    fp16      FP16                      FP32 (no fast FP16 CPU kernels)
+    int8      FP16 (INT8 is CPU-only)   INT8
+    ========= ========================= ==========================================
+
+    A model without a :class:`~app.features.quantize.Calibration` (the VAD) stays FP32.
+    """
 
     def __init__(self, device: Literal["auto", "cpu", "cuda"] = "auto", gpu_mem_limit_mb: int = 0,
-                 models_dir: Path | None = None, threads: int = 0, tensorrt: bool = True) -> None:
+                 models_dir: Path | None = None, threads: int = 0, tensorrt: bool = True,
+                 precision: Precision = "auto") -> None:
         self.device = device
         self.gpu_mem_limit_mb = gpu_mem_limit_mb
         self.models_dir = models_dir or Path(".mmsync/models")
         self.threads = threads or default_threads()
         self.tensorrt = tensorrt
+        self.precision = precision
         self._lock = threading.Lock()
         #: None until the first GPU session tells us whether CUDA really loads.
         self._cuda_works: bool | None = None
+        #: model name -> (provider, precision) of every session built (the model_info metric)
+        self.models: dict[str, tuple[str, str]] = {}
+
+    @classmethod
+    def from_settings(cls, s: Any) -> ModelRuntime:
+        """From an :class:`app.settings.Settings` (typed Any: settings import nothing of app)."""
+        return cls(s.device, s.gpu_mem_limit_mb, s.models_path, s.model_threads, s.tensorrt,
+                   s.precision)
 
     # -- providers -------------------------------------------------------
     def gpu_wanted(self) -> bool:
+        """Whether to ask for CUDA: only when its libraries load and it finds a device, so
+        that a CPU-only machine never sees ONNX Runtime's provider errors."""
         if self.device == "cpu" or self._cuda_works is False:
             return False
         import onnxruntime as ort
 
-        return CUDA in ort.get_available_providers()
+        if CUDA not in ort.get_available_providers():
+            return False
+        from app.features.cudalibs import cuda_problem
+
+        problem = cuda_problem()
+        if problem is not None:
+            if self._cuda_works is None:
+                log.info("models run on the CPU: %s", problem)
+            self._cuda_works = False
+            return False
+        return True
 
     def _gpu_providers(self) -> list[Any]:
         import onnxruntime as ort
+
+        from app.features.cudalibs import tensorrt_problem
 
         cuda_opts: dict[str, Any] = {"arena_extend_strategy": "kSameAsRequested"}
         if self.gpu_mem_limit_mb:
             cuda_opts["gpu_mem_limit"] = self.gpu_mem_limit_mb * 1024 * 1024
         providers: list[Any] = []
-        if self.tensorrt and TRT in ort.get_available_providers():
+        if (self.tensorrt and TRT in ort.get_available_providers()
+                and tensorrt_problem() is None):
             trt_cache = self.models_dir / "trt"
             trt_cache.mkdir(parents=True, exist_ok=True)
-            providers.append((TRT, {"trt_fp16_enable": True, "trt_engine_cache_enable": True,
+            providers.append((TRT, {"trt_fp16_enable": self.precision != "fp32",
+                                    "trt_engine_cache_enable": True,
                                     "trt_engine_cache_path": str(trt_cache)}))
         providers += [(CUDA, cuda_opts), CPU]
         return providers
@@ -193,19 +248,22 @@ class ModelRuntime:
         return ort.InferenceSession(str(path), self._options(), providers=[CPU])
 
     # -- sessions --------------------------------------------------------
-    def session(self, name: str, path: Path, *, gpu: bool = True) -> ModelSession:
-        """A session for the ONNX file ``path``; on the GPU when wanted and it
-        really loads there (FP16 when onnxconverter-common can convert it)."""
+    def session(self, name: str, path: Path, *, gpu: bool = True,
+                calibration: Calibration | None = None) -> ModelSession:
+        """A session for the ONNX file ``path``: on the GPU when wanted and it really
+        loads there (FP16 unless ``fp32``), else on the CPU at the precision the table in
+        the class doc gives (``calibration`` makes INT8 possible)."""
         import onnxruntime as ort
 
         with self._lock:
             use_gpu = gpu and self.gpu_wanted()
             if not use_gpu:
                 if gpu and self.device == "cuda":
-                    raise RuntimeError(f"{name}: MMSYNC_DEVICE=cuda but onnxruntime has no CUDA "
-                                       "provider (is onnxruntime-gpu installed?)")
-                sess = self.cpu_session(path)
-                return self._wrap(name, sess, path, fp16=False)
+                    from app.features.cudalibs import cuda_problem
+
+                    raise RuntimeError(f"{name}: MMSYNC_DEVICE=cuda but CUDA cannot run: "
+                                       f"{cuda_problem() or 'onnxruntime has no CUDA provider'}")
+                return self._cpu(name, path, calibration)
             # FP32 first: whether CUDA really loads is known only from a session,
             # and converting to FP16 for a CPU fallback would be wasted seconds.
             sess = ort.InferenceSession(str(path), self._options(),
@@ -213,23 +271,63 @@ class ModelRuntime:
             real = sess.get_providers()
             if CUDA not in real and TRT not in real:
                 self._cuda_works = False
-                msg = f"{name}: CUDA provider did not load (runs on {real}); CUDA libs missing?"
+                msg = f"{name}: CUDA provider did not load (runs on {real})"
                 if self.device == "cuda":
                     raise RuntimeError(msg)
                 log.warning("%s: falling back to the CPU", msg)
-                return self._wrap(name, sess, path, fp16=False)
+                return self._cpu(name, path, calibration)
             self._cuda_works = True
-            model_path, fp16 = self.fp16_model(name, path)
+            model_path, fp16 = (path, False) if self.precision == "fp32" else \
+                self.fp16_model(name, path)
             if fp16:
                 sess = ort.InferenceSession(str(model_path), self._options(),
                                             providers=self._gpu_providers())
-            return self._wrap(name, sess, path, fp16=fp16)
+            why = "int8 is a CPU precision" if self.precision == "int8" else ""
+            return self._wrap(name, sess, path, model_path, "fp16" if fp16 else "fp32", why)
 
-    def _wrap(self, name: str, sess: Any, path: Path, fp16: bool) -> ModelSession:
+    def _cpu(self, name: str, path: Path, calibration: Calibration | None) -> ModelSession:
+        from app.features.quantize import MIN_GAIN, cpu_model, int8_gain, int8_model, measure_gain
+
+        want, why = self.precision, ""
+        if want == "fp16":
+            want, why = "fp32", "fp16 needs CUDA"
+        if want in ("auto", "int8") and calibration is None:
+            want, why = "fp32", "no calibration set for this model"
+        try:
+            fp32 = cpu_model(path, self.models_dir)
+        except Exception as exc:  # noqa: BLE001 - the source file still runs
+            log.warning("%s: FP32 CPU graph not built (%s); running the source file", name, exc)
+            return self._wrap(name, self.cpu_session(path), path, path, "fp32", why)
+        if want == "fp32" or calibration is None:
+            return self._wrap(name, self.cpu_session(fp32), path, fp32, "fp32", why)
+        try:
+            int8 = int8_model(path, self.models_dir, calibration)
+        except Exception as exc:  # noqa: BLE001 - FP32 still runs
+            log.warning("%s: INT8 model not built (%s); running FP32", name, exc)
+            return self._wrap(name, self.cpu_session(fp32), path, fp32, "fp32", "INT8 build failed")
+        q = self.cpu_session(int8)
+        if want == "auto":
+            def measure() -> float:
+                f = self.cpu_session(fp32)
+                x = next(iter(calibration.batches()))
+                feed = {q.get_inputs()[0].name: np.ascontiguousarray(x, dtype=np.float32)}
+                return measure_gain(lambda: f.run(None, feed), lambda: q.run(None, feed))
+
+            gain = int8_gain(self.models_dir, fp32, int8, self.threads, measure)
+            if gain < MIN_GAIN:
+                return self._wrap(name, self.cpu_session(fp32), path, fp32, "fp32",
+                                  f"auto: int8 only {gain:.2f}x fp32 here")
+            why = f"auto: int8 {gain:.2f}x fp32 here"
+        return self._wrap(name, q, path, int8, "int8", why)
+
+    def _wrap(self, name: str, sess: Any, src: Path, model: Path, precision: str,
+              why: str = "") -> ModelSession:
         ms = ModelSession(name, sess, sess.get_inputs()[0].name,
-                          cpu_factory=lambda: self.cpu_session(path), fp16=fp16)
-        log.info("%s: runs on %s%s (%d threads)", name, ms.provider, " fp16" if fp16 else "",
-                 self.threads)
+                          cpu_factory=lambda: self.cpu_session(src), precision=precision,
+                          model_file=model.name)
+        self.models[name] = (ms.provider, precision)
+        log.info("%s: %s, %s%s, %d intra-op thread(s), %s", name, ms.provider, precision,
+                 f" ({why})" if why else "", self.threads, model.name)
         return ms
 
     def fp16_model(self, name: str, path: Path) -> tuple[Path, bool]:

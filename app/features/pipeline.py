@@ -112,8 +112,7 @@ class FeaturePipeline:
         self.cache = cache if s.models == "full" else None
         self.limits = Limits(max_text_bytes=s.max_text_bytes, max_image_bytes=s.max_image_bytes,
                              max_audio_bytes=s.max_audio_bytes, max_future_s=s.max_future_s)
-        self.runtime = ModelRuntime(s.device, s.gpu_mem_limit_mb, s.models_path,
-                                    s.model_threads, s.tensorrt)
+        self.runtime = ModelRuntime.from_settings(s)
         self._extractors: dict[str, Extractor] = {}
         self.degrader = Degrader(lag_s=s.degrade_lag_ms / 1000, enabled=s.degrade)
         self._clock, self._monotonic, self._sleep = clock, monotonic, sleep

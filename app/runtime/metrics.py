@@ -36,8 +36,9 @@ ALERT_SERIES = tuple((modality, kind) for kind, modality in KINDS.items())
 #: ``mmsync_alert_skipped_total{reason}``: why a frame went unscored (app.alerts.detect).
 ALERT_SKIP_REASONS = ("sampled", "off")
 #: Families whose label values exist only at run time: the topic-partitions assigned to
-#: this worker (set by the 5 s lag timer once it owns some).
-DYNAMIC_LABELS = frozenset({"mmsync_consumer_lag"})
+#: this worker (set by the 5 s lag timer once it owns some), and the model sessions with
+#: the provider and precision they really got (set once the models have loaded).
+DYNAMIC_LABELS = frozenset({"mmsync_consumer_lag", "mmsync_model_info"})
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Alert latency, s: finer than the window's, whose floor is the 1 s window itself.
@@ -96,6 +97,9 @@ class Metrics:
         self.restore_partitions = Counter("mmsync_restore_partitions_total",
                                           "Features partitions whose outputs were read back",
                                           registry=r)
+        self.model_info = Gauge("mmsync_model_info",
+                                "1 per model session: where it runs and at what precision",
+                                ["model", "provider", "precision"], registry=r)
         self.open_records = Gauge("mmsync_open_records", "Records held in open windows",
                                   registry=r)
         self.alerts = Counter("mmsync_alerts_total", "Moderation alerts sent to PREFIX.alerts",
