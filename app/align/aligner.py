@@ -132,7 +132,7 @@ class Aligner:
         self._gone: LRU[str, int] = LRU(_GONE_MEMORY)
         #: streams with pending records: the only ones a poll needs to look at.
         self._open: set[str] = set()
-        self._skew_cfg = SkewConfig(tick_us=cfg.tick_us, max_skew_us=cfg.max_skew_us,
+        self._skew_cfg = SkewConfig(max_skew_us=cfg.max_skew_us,
                                     max_text_skew_us=cfg.max_text_skew_us,
                                     segment_us=cfg.skew_segment_us, reference=cfg.reference)
 
@@ -170,7 +170,8 @@ class Aligner:
         if st is None:
             st = self.streams[stream_id] = StreamState(
                 first_seen=now, skew=StreamSkew(self._skew_cfg, self.cfg.modalities))
-            st.closed_until = self._gone.pop(stream_id) or -1
+            remembered = self._gone.pop(stream_id)
+            st.closed_until = remembered if remembered is not None else -1
         return st
 
     def add(self, rec: FeatureRecord, now: float, *, replay: bool = False,

@@ -1,8 +1,8 @@
 """Per-stream clock-skew estimation: onsets on a 10 ms grid, tracked over time (pure).
 
-Audio against the picture: the sound's onsets (``env``, 10 ms hops) against
-the picture's cuts (``change`` of each frame, placed half-way to the previous
-frame). Captions against the sound: a caption's start against speech starts;
+Audio against the picture: how the sound's level changes (``env``, 10 ms hops)
+against the picture's cuts (``change`` of each frame, placed half-way to the
+previous frame). Captions against the sound: a caption's start against speech starts;
 a caption's offset behind the picture is then its lag behind the sound plus
 the sound's behind the picture (captions follow speech, not cuts).
 
@@ -15,9 +15,9 @@ lag drifts, at most a few ms per second). A stretch with no onset on either
 side updates nothing: the estimate is held.
 
 The offset is the belief's peak. The confidence is the belief's mass within
-``_NEAR_BINS`` of it, times how recently the content informed it (it falls
-while the content says nothing). Both are calibrated on the corpus
-(``scripts/bench_align.py --corpus``, docs/benchmarks.md).
+``_NEAR_BINS`` of it (for captions: times how well the recent ones agree), and
+it falls while the content says nothing. Both were calibrated on the corpus's
+tune set (``scripts/bench_align.py --corpus``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -56,26 +56,27 @@ _MASS_FLOOR = 0.6
 #: Confidence holds for _HOLD_US after the last event that informed the estimate, then
 #: falls with time constant _RECENT_US (content that says nothing is flagged within 2 s).
 _HOLD_US = 1_500_000
+_RECENT_US = 500_000
 #: A caption's lag is known to a few tens of ms at best: its confidence counts the belief
-#: within 50 ms (the goal's bound).
+#: within 50 ms (the goal's bound), above a lower floor (it needs several captions) ...
 _TEXT_NEAR_BINS = 5
 _TEXT_MASS_FLOOR = 0.2
-#: Captions come every few seconds: their estimate's confidence holds longer.
+#: ... and holds longer: captions come every few seconds.
 _TEXT_HOLD_US = 6_000_000
-_RECENT_US = 500_000
 #: How precisely a caption's start follows its speech start, in 10 ms bins (subtitles are
 #: placed by hand; ASR captions vary by a few hundred ms: their offset is the typical one).
 _CAPTION_SIGMA_BINS = 5.0
 #: Sound read around a caption's reach, bins.
 _SPEECH_TAIL = 30
-#: A stretch informs only if both sides have an onset at least this strong.
-_MIN_CUT = 0.02  # mean |thumbnail difference| above the local baseline, 0..1
+#: A stretch informs only if both sides have an event at least this strong: a cut of
+#: this mean |thumbnail difference| above the local baseline (0..1), a level change of
+#: this many dB above the usual.
+_MIN_CUT = 0.02
 _MIN_CHANGE_DB = 4.0
 
 
 @dataclass(frozen=True, slots=True)
 class SkewConfig:
-    tick_us: int = 50_000
     max_skew_us: int = 1_000_000
     #: how far a caption may trail (or lead) the speech it belongs to, us (ASR captions
     #: come 0.5 to 2 s after the words)
@@ -174,6 +175,9 @@ class StreamSkew:
         elif rec.modality == "text":
             if float(f.get("caption", 1.0)) > 0:
                 sig.captions.append(rec.ts)
+                # a stream without sound never compares them: keep only the horizon
+                while sig.captions and sig.captions[0] < rec.ts - self._horizon_us:
+                    sig.captions.popleft()
         sig.newest[rec.modality] = max(sig.newest.get(rec.modality, -1), end)
 
     def seed(self, modality: str, offset_us: int, confidence: float) -> None:

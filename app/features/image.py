@@ -160,6 +160,8 @@ class _Anchor:
     phash: int
     thumb: np.ndarray
     feats: dict[str, Any] = field(default_factory=dict)
+    #: taken while the models were off (degradation level 3): it has no scores to lend
+    unscored: bool = False
 
 
 @dataclass(slots=True)
@@ -321,8 +323,11 @@ class ImageExtractor:
         lv = self.level
         ocr_every = self._ocr_every * (1 if lv.image_every == 1 else 2)
         ocr = lv.ocr and bool(ocr_every) and n % ocr_every == 0
-        if (self._dedup and prev is not None and hamming(ph, prev.phash) <= DUP_MAX_BITS
-                and float(np.mean(np.abs(thumb - prev.thumb))) <= DUP_MAX_CHANGE):
+        # a near-duplicate reuses its anchor's features, unless the anchor was never scored
+        # (the models were off then) and now they are on: then it is scored itself
+        reusable = prev is not None and (not prev.unscored or lv.image_every == 0)
+        if (self._dedup and reusable and prev is not None and hamming(ph, prev.phash)
+                <= DUP_MAX_BITS and float(np.mean(np.abs(thumb - prev.thumb))) <= DUP_MAX_CHANGE):
             it = _Item(ev, thumb, ph, light, prev, True, ocr)
         else:
             it = _Item(ev, thumb, ph, light, _Anchor(ph, thumb), False, ocr)
@@ -336,6 +341,7 @@ class ImageExtractor:
                 it.twin = self._batch[it.key]
             elif lv.image_every == 0:
                 it.held = True  # no model features at all at this level
+                it.anchor.unscored = True
             elif st.since + 1 < lv.image_every and prev is not None:
                 # Sampled out: hold the stream's last features (the previous frame's, which
                 # may be computed later in this same batch), keep its anchor.

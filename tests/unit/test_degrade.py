@@ -92,3 +92,16 @@ def test_pipeline_degrades_on_old_records_and_recovers(pipe, clock):
     for _ in range(2):
         pipe.process("image", [replace(raw_msg(e, i), timestamp_ms=now) for i, e in enumerate(evs)])
     assert pipe.degrader.level == 0 and pipe.extractor("image").level == LEVELS[0]
+
+
+def test_a_near_duplicate_of_an_unscored_frame_is_scored_once_the_models_are_back(pipe):
+    im = pipe.extractor("image")
+    picture = chart(90)
+    im.set_level(LEVELS[3])  # models off: the frame is held without scores
+    (off,) = im.run([frame_event(picture, "back", 0)])
+    assert off["held"] and "nsfw" not in off
+    im.set_level(LEVELS[0])
+    (on,) = im.run([frame_event(picture, "back", 40_000)])  # the same picture again
+    assert "nsfw" in on and not on.get("reused")
+    (again,) = im.run([frame_event(picture, "back", 80_000)])  # now it may reuse that one
+    assert again.get("reused") and again["nsfw"] == on["nsfw"]
