@@ -11,6 +11,7 @@ modality from an idle one by it (``app.align.progress``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from functools import partial
 from typing import Any
@@ -25,6 +26,8 @@ from app.runtime.offsets import highwaters
 from schemas.dead_letter import DeadLetter
 
 __all__ = ["register"]
+
+log = logging.getLogger(__name__)
 
 
 def _raw(event: Any) -> RawMsg:
@@ -68,9 +71,10 @@ def register(rt: Runtime, modality: str) -> None:
             outs = await loop.run_in_executor(pool, pipeline.process, modality, msgs)
             m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
             level.set(pipeline.degrader.level)
-            if alerts is not None:  # before the features: an alert waits for nothing
-                await alerts.publish(outs, pipeline.degrader.level)
-            sends: list[Send] = []
+            # alerts first: their sends start before the features' (an alert waits for
+            # nothing), and all are confirmed before the batch is acked
+            sends: list[Send] = (alerts.sends(outs, pipeline.degrader.level)
+                                 if alerts is not None else [])
             for out in outs:
                 if isinstance(out, DeadLetter):
                     sends.append(rt.dead_letter_send(out, modality))
@@ -97,8 +101,16 @@ def register(rt: Runtime, modality: str) -> None:
         mark = progress.mark(ends, time.time_ns() // 1000)
         if mark is not None:
             value = mark.encode()
-            for q in range(s.partitions):
-                await features.send(key=None, value=value, partition=q)
+            sent = [await features.send(key=None, value=value, partition=q)
+                    for q in range(s.partitions)]
+            # A mark is advice the next one (in MMSYNC_MARK_INTERVAL_MS) replaces: a lost
+            # one is not sent again, but its failure is read here (not left to asyncio's
+            # "exception was never retrieved").
+            failed = [r for r in await asyncio.gather(*sent, return_exceptions=True)
+                      if isinstance(r, Exception)]
+            if failed:
+                log.info("%d of %d progress marks not delivered (%r)", len(failed), len(sent),
+                         failed[0])
 
     async def show_level() -> None:
         # Between batches too: an idle worker's level decays (app.features.degrade).

@@ -2,18 +2,22 @@
 
 Detection is :class:`app.alerts.detect.Detector` (pure); the skew comes from the
 worker's :class:`app.runtime.skewboard.SkewBoard`. The feature agent calls
-:meth:`AlertPublisher.publish` with a batch's outputs as soon as they exist, before it
-sends the feature records: the alert does not wait for anything downstream.
+:meth:`AlertPublisher.sends` with a batch's outputs as soon as they exist and puts
+the alerts' sends first in the batch's :func:`app.runtime.delivery.deliver`: they
+are started before the feature records' (the alert waits for nothing downstream),
+and, like them, confirmed by the broker (or sent again) before the batch is acked.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.alerts.detect import Detector, Thresholds
 from app.features.text import TermMatcher
+from app.runtime.delivery import Send
 
 if TYPE_CHECKING:
     from app.runtime.faust_app import Runtime
@@ -35,22 +39,24 @@ class AlertPublisher:
         self._topic = rt.topics["alerts"]
         self._m = rt.metrics
 
-    async def publish(self, outs: list[Any], level: int) -> None:
-        """Detect, send (keyed by stream_id) and count the alerts of one batch's outputs
-        (feature records and dead letters, as ``FeaturePipeline.process`` returns them);
-        ``level``: the degradation level the batch ran at."""
+    def sends(self, outs: list[Any], level: int) -> list[Send]:
+        """Detect and count the alerts of one batch's outputs (feature records and dead
+        letters, as ``FeaturePipeline.process`` returns them); their sends, keyed by
+        stream_id. ``level``: the degradation level the batch ran at."""
         try:
             res = self.detector.batch(outs, self._board.view, level)
         except Exception:  # noqa: BLE001 - a detection bug must not stop the features
             log.exception("alert detection failed on a batch of %d: no alerts for it",
                           len(outs))
-            return
+            return []
         m = self._m
+        sends: list[Send] = []
         for a in res.alerts:
-            await self._topic.send(key=a.stream_id.encode(), value=a.encode())
+            sends.append(partial(self._topic.send, key=a.stream_id.encode(), value=a.encode()))
             m.alerts.labels(a.modality, a.kind).inc()
             if a.kind != "blind" and a.kafka_ts_ms > 0:
-                # input record's Kafka timestamp to now, the alert's send, s
+                # input record's Kafka timestamp to now, just before its send starts, s
                 m.alert_latency.observe(max(0.0, time.time() - a.kafka_ts_ms / 1000))
         for reason, n in res.skipped.items():
             m.alert_skipped.labels("image", reason).inc(n)
+        return sends

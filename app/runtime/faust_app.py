@@ -7,6 +7,7 @@ lost by Faust's codec (style.md, "Errors are types").
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from functools import partial
 from typing import Any
 
 import faust
+from faust.types.tuples import FutureMessage
 
 from app.cache.features import FeatureMemo
 from app.kafka.clients import (
@@ -29,9 +31,23 @@ from app.runtime.skewboard import SkewBoard, follow
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 
-__all__ = ["Runtime", "make_app"]
+__all__ = ["Runtime", "make_app", "quiet_failed_sends"]
 
 log = logging.getLogger("mmsync")
+
+
+def quiet_failed_sends(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's exception handler: no traceback for a failed send's Faust future.
+
+    When a send fails, Faust logs a one-line warning (``_on_published error``) and
+    sets the exception on a second future of the message (its FutureMessage) that
+    nothing awaits; asyncio then prints "exception was never retrieved" with a
+    traceback for each, though the failure was handled (``deliver`` sends the
+    record again, or a progress mark is superseded). Everything else goes to
+    asyncio's default handler."""
+    if isinstance(context.get("future"), FutureMessage):
+        return
+    loop.default_exception_handler(context)
 
 
 class _App(faust.App):
@@ -139,6 +155,10 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
                  skew_board=SkewBoard(window_us=s.window_ms * 1000))
 
     @app.task(on_leader=False)
+    async def _quiet_failed_sends() -> None:
+        asyncio.get_running_loop().set_exception_handler(quiet_failed_sends)
+
+    @app.task(on_leader=False)
     async def _declare_topics() -> None:
         # A topic that is only sent to does not exist until the first send on
         # Tansu: declare every contract topic up front (docs/broker.md).
@@ -161,7 +181,6 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
     if s.device != "cpu":
         @app.timer(15.0, on_leader=False, name="mmsync.gpu_memory")
         async def _gpu_memory() -> None:
-            import asyncio
             import os
 
             from app.runtime.metrics import gpu_memory_bytes
