@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,12 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.clients.collect import Outputs, collect  # noqa: E402
 from app.clients.synth import SynthSpec, synth_records  # noqa: E402
-from app.kafka.clients import create_topics, make_producer, wait_for_broker  # noqa: E402
-from app.kafka.embedded import EmbeddedBroker  # noqa: E402
-from app.runtime.process import spawn_worker, stop_process, worker_env  # noqa: E402
+from app.kafka.clients import make_producer  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from schemas.codec import decode_map  # noqa: E402
 from scripts.benchlib.corpus.cli import add_args, corpus_main  # noqa: E402
+from scripts.benchlib.worker import light_worker  # noqa: E402
 
 
 def _specs(n: int, seconds: float) -> list[SynthSpec]:
@@ -91,22 +89,12 @@ def main() -> int:
         args.streams, args.seconds = 4, 20.0
     specs = _specs(args.streams, args.seconds)
     truth = {sp.stream_id: sp for sp in specs}
-    with tempfile.TemporaryDirectory(prefix="mmsync-bench-align-") as tmp, \
-            EmbeddedBroker(log_path=Path(tmp) / "broker.log") as broker:
-        s = Settings(broker=broker.url, broker_embedded=True, topic_prefix="bench",
-                     partitions=4, data_dir=Path(tmp) / "data", models="light")
-        asyncio.run(wait_for_broker(s, timeout_s=20))
-        asyncio.run(create_topics(s))
-        proc = spawn_worker(worker_env(s), Path(tmp) / "worker.log")
-        try:
-            time.sleep(8)  # the worker joins its group (docs/broker.md: 7 to 10 s)
-            sent = asyncio.run(_publish_paced(s, specs, args.speed))
+    with light_worker("bench") as s:
+        sent = asyncio.run(_publish_paced(s, specs, args.speed))
 
-            def done(o: Outputs) -> bool:
-                return o.accounted >= sent
-            out = asyncio.run(collect(s, until=done, timeout_s=120))
-        finally:
-            stop_process(proc)
+        def done(o: Outputs) -> bool:
+            return o.accounted >= sent
+        out = asyncio.run(collect(s, until=done, timeout_s=120))
 
     err: dict[str, list[float]] = {"audio": [], "text": []}
     base: dict[str, list[float]] = {"audio": [], "text": []}

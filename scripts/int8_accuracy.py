@@ -30,35 +30,22 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import simplejpeg
-from PIL import Image, ImageDraw, ImageFont
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.features.frames import accuracy_frames, warm_frames  # noqa: E402
 from app.features.image import ImageExtractor, decode_rgb, effnet_input, nsfw_input  # noqa: E402
 from app.features.onnx import ModelRuntime  # noqa: E402
+from tests.helpers import chart, jpeg_of  # noqa: E402
 
 _THRESHOLDS = (0.8, 0.5, 0.3)
 
 
 def test_jpegs() -> list[np.ndarray]:
     """Bar charts (with and without text) and flat colours, 640x360 JPEG, decoded."""
-    out = []
-    for seed in range(6):
-        rng = np.random.default_rng(seed)
-        img = Image.new("RGB", (640, 360), "white")
-        d = ImageDraw.Draw(img)
-        for i in range(8):
-            h = int(rng.integers(40, 300))
-            d.rectangle([40 + i * 70, 340 - h, 90 + i * 70, 340],
-                        fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
-        if seed % 2:
-            d.text((40, 20), "HELLO 123", fill="black", font=ImageFont.load_default(size=48))
-        out.append(np.asarray(img))
+    out = [chart(seed, "HELLO 123" if seed % 2 else "") for seed in range(6)]
     out += [np.full((360, 640, 3), c, np.uint8) for c in ((40, 120, 200), (200, 60, 60))]
-    return [decode_rgb(simplejpeg.encode_jpeg(np.ascontiguousarray(a), quality=90), "jpeg")
-            for a in out]
+    return [decode_rgb(jpeg_of(a), "jpeg") for a in out]
 
 
 def photos(folder: Path) -> list[np.ndarray]:

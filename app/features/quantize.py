@@ -151,28 +151,34 @@ def _drop_unused_initializers(model: Any) -> None:
     model.graph.initializer.extend(keep)
 
 
+def _build_once(models_dir: Path, stem: str, kind: str, out: Path,
+                write: Callable[[Path], None]) -> Path:
+    """``out``, made by ``write(tmp)`` unless it exists: one builder at a time (a worker
+    that waited on the lock finds it built), by rename; older builds of the kind go."""
+    if not out.exists():
+        with _build_lock(models_dir, stem):
+            if not out.exists():
+                atomic_write(out, write)
+                _drop_stale(models_dir, stem, kind, out)
+    return out
+
+
 def cpu_model(src: Path, models_dir: Path) -> Path:
     """The cleaned FP32 graph of ``src`` for the CPU (built once, see the module doc)."""
     out = models_dir / f"{src.stem}.cpu-{_tag(file_digest(src), FP32_RECIPE, _ort_minor())}.onnx"
-    if out.exists():
-        return out
-    with _build_lock(models_dir, src.stem):
-        if out.exists():
-            return out
+
+    def write(tmp: Path) -> None:
         import onnx
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        def write(tmp: Path) -> None:
-            quant_pre_process(str(src), str(tmp))
-            model = onnx.load(str(tmp))
-            n = fold_conv_affine(model)
-            _drop_unused_initializers(model)
-            onnx.save(model, str(tmp))
-            log.info("%s: FP32 CPU graph built (%d affine ops folded into convs)", src.stem, n)
+        quant_pre_process(str(src), str(tmp))
+        model = onnx.load(str(tmp))
+        n = fold_conv_affine(model)
+        _drop_unused_initializers(model)
+        onnx.save(model, str(tmp))
+        log.info("%s: FP32 CPU graph built (%d affine ops folded into convs)", src.stem, n)
 
-        atomic_write(out, write)
-        _drop_stale(models_dir, src.stem, "cpu", out)
-    return out
+    return _build_once(models_dir, src.stem, "cpu", out, write)
 
 
 class _Reader:
@@ -203,11 +209,8 @@ def int8_model(src: Path, models_dir: Path, calib: Calibration) -> Path:
     fp32 = cpu_model(src, models_dir)
     tag = _tag(fp32.name, INT8_RECIPE, calib.recipe, str(calib.fp32_head_convs), _ort_minor())
     out = models_dir / f"{src.stem}.int8-{tag}.onnx"
-    if out.exists():
-        return out
-    with _build_lock(models_dir, src.stem):
-        if out.exists():
-            return out
+
+    def write(tmp: Path) -> None:
         import onnx
         import onnxruntime as ort
         from onnxruntime.quantization import (
@@ -220,18 +223,14 @@ def int8_model(src: Path, models_dir: Path, calib: Calibration) -> Path:
         model = onnx.load(str(fp32))
         input_name = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]
                                           ).get_inputs()[0].name
-
-        def write(tmp: Path) -> None:
-            quantize_static(str(fp32), str(tmp), _Reader(input_name, calib.batches()),
-                            quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            calibrate_method=CalibrationMethod.MinMax,
-                            nodes_to_exclude=_fp32_nodes(model, calib.fp32_head_convs))
-
-        atomic_write(out, write)
-        _drop_stale(models_dir, src.stem, "int8", out)
+        quantize_static(str(fp32), str(tmp), _Reader(input_name, calib.batches()),
+                        quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax,
+                        nodes_to_exclude=_fp32_nodes(model, calib.fp32_head_convs))
         log.info("%s: INT8 model built (%s)", src.stem, out.name)
-    return out
+
+    return _build_once(models_dir, src.stem, "int8", out, write)
 
 
 # -- auto: INT8 only where it measured faster ------------------------------------------

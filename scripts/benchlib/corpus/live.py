@@ -15,17 +15,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 from app.clients.collect import Outputs, collect
-from app.kafka.clients import create_topics, wait_for_broker
-from app.kafka.embedded import EmbeddedBroker
-from app.runtime.process import spawn_worker, stop_process, worker_env
-from app.settings import Settings
+from app.runtime.process import worker_env
 from scripts.benchlib.corpus.build import build
 from scripts.benchlib.corpus.cases import Case
 from scripts.benchlib.corpus.clips import clip_paths
@@ -34,6 +29,7 @@ from scripts.benchlib.corpus.replay import Replay, Window
 from scripts.benchlib.corpus.run import CaseResult
 from scripts.benchlib.corpus.score import score_windows
 from scripts.benchlib.corpus.synth import START_US
+from scripts.benchlib.worker import light_worker
 
 __all__ = ["live_clips"]
 
@@ -74,34 +70,24 @@ def live_clips(cases: Sequence[Case], speed: float = 1.0) -> tuple[list[CaseResu
            or c.params.get("add_text_ms")]
     if bad:
         raise ValueError(f"not publishable as they are (a synthetic case or an added shift): {bad}")
-    with tempfile.TemporaryDirectory(prefix="mmsync-live-clips-") as tmp, \
-            EmbeddedBroker(log_path=Path(tmp) / "broker.log") as broker:
-        s = Settings(broker=broker.url, broker_embedded=True, topic_prefix="corpus",
-                     partitions=4, data_dir=Path(tmp) / "data", models="light")
-        asyncio.run(wait_for_broker(s, timeout_s=20))
-        asyncio.run(create_topics(s))
+    with light_worker("corpus") as s:
         env = {**os.environ, **worker_env(s)}
-        proc = spawn_worker(worker_env(s), Path(tmp) / "worker.log")
-        try:
-            time.sleep(8)  # the worker joins its group (broker-notes.md: 7 to 10 s)
-            t0 = time.monotonic()
-            producers = [(c, _produce(env, c, speed)) for c in cases]
-            sent: dict[str, int] = {}
-            for c, p in producers:
-                text, _ = p.communicate(timeout=600)
-                m = _PUBLISHED.search(text)
-                if p.returncode != 0 or m is None:
-                    raise RuntimeError(f"mmsync produce for {c.name} failed: {text[-2000:]}")
-                sent[c.name] = int(m.group(1))
-            total = sum(sent.values())
+        t0 = time.monotonic()
+        producers = [(c, _produce(env, c, speed)) for c in cases]
+        sent: dict[str, int] = {}
+        for c, p in producers:
+            text, _ = p.communicate(timeout=600)
+            m = _PUBLISHED.search(text)
+            if p.returncode != 0 or m is None:
+                raise RuntimeError(f"mmsync produce for {c.name} failed: {text[-2000:]}")
+            sent[c.name] = int(m.group(1))
+        total = sum(sent.values())
 
-            def done(o: Outputs) -> bool:
-                return o.accounted >= total
+        def done(o: Outputs) -> bool:
+            return o.accounted >= total
 
-            out = asyncio.run(collect(s, until=done, timeout_s=120))
-            wall = time.monotonic() - t0
-        finally:
-            stop_process(proc)
+        out = asyncio.run(collect(s, until=done, timeout_s=120))
+        wall = time.monotonic() - t0
     if out.accounted < total:
         print(f"warning: accounted {out.accounted} of {total} records")
     sync = [w["stages"]["sync"] * 1000 for w in out.windows if "sync" in w.get("stages", {})]
