@@ -335,9 +335,7 @@ class Aligner:
         if home is not None:
             st.home = home
         if self.cfg.correct_skew:
-            for m, off in offsets_us.items():
-                if m != self.cfg.reference:
-                    st.skew.seed(m, off, confidence.get(m, 0.0))
+            st.skew.restore(offsets_us, confidence)
 
     def open_records(self) -> int:
         return sum(len(st.pending) for st in self.streams.values())

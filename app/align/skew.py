@@ -180,8 +180,21 @@ class StreamSkew:
                     sig.captions.popleft()
         sig.newest[rec.modality] = max(sig.newest.get(rec.modality, -1), end)
 
+    def restore(self, offsets_us: dict[str, int], confidence: dict[str, float]) -> None:
+        """Start from what a window reported (a takeover restores the last one's):
+        ``offsets_us`` and ``confidence`` as :meth:`offset_us` and :meth:`confidence`
+        gave them, every modality against the reference. A caption's own lag is behind
+        the sound (:meth:`offset_us` adds the sound's), so the sound's is taken off."""
+        if "audio" in offsets_us:
+            self.seed("audio", offsets_us["audio"], confidence.get("audio", 0.0))
+        if "text" in offsets_us:
+            audio = self._est.get("audio")
+            behind_sound = offsets_us["text"] - (audio.offset_us if audio is not None else 0.0)
+            self.seed("text", round(behind_sound), confidence.get("text", 0.0))
+
     def seed(self, modality: str, offset_us: int, confidence: float) -> None:
-        """Start from an estimate made before (a takeover restores the last window's)."""
+        """Start from an estimate made before: ``offset_us`` is the modality's own lag (for
+        captions, behind the sound; :meth:`restore` takes a window's offsets)."""
         est = self._est.get(modality)
         if est is None or est.known:
             return

@@ -109,10 +109,11 @@ def test_a_drained_modality_never_heard_does_not_hold():
     assert got == [0]  # at once: the watermark is 2 s - 0.2 s, no idle wait
 
 
-def _window(sid: str, start: int, sources: list[tuple[str, int, int]]) -> dict:
+def _window(sid: str, start: int, sources: list[tuple[str, int, int]],
+            text_ms: float = 0.0, text_conf: float = 0.0) -> dict:
     w = AlignedWindow(stream_id=sid, window_start=start, window_end=start + 1_000_000,
-                      rate_hz=20.0, offsets_ms={"image": 0.0, "audio": 120.0, "text": 0.0},
-                      confidence={"image": 1.0, "audio": 0.9, "text": 0.0}, counts={},
+                      rate_hz=20.0, offsets_ms={"image": 0.0, "audio": 120.0, "text": text_ms},
+                      confidence={"image": 1.0, "audio": 0.9, "text": text_conf}, counts={},
                       grid={}, moderation={}, trace_ids=[], emitted_at=0,
                       sources=[list(s) for s in sources])
     return AlignedWindow.decode(w.encode())
@@ -147,6 +148,17 @@ def test_restore_seeds_the_skew_estimate():
     r.restore(2, [_window("s", 0, [("image", 2, 0)])], [], now=1.0)
     assert r.aligner.offset_us("s", "audio") == 120_000
     assert r.aligner.confidence("s", "audio") == 0.9
+
+
+def test_restore_gives_back_the_windows_caption_offset_not_it_plus_the_sounds():
+    # a window's text offset is against the picture: the caption's lag behind the sound
+    # plus the sound's behind the picture; restoring must not add the sound's twice
+    r = AlignRunner(AlignerConfig(), "f", clock=lambda: 0.0)
+    r.restore(2, [_window("s", 0, [("image", 2, 0)], text_ms=450.0, text_conf=0.7)], [],
+              now=1.0)
+    assert r.aligner.offset_us("s", "audio") == 120_000
+    assert r.aligner.offset_us("s", "text") == 450_000
+    assert r.aligner.confidence("s", "text") == 0.7
 
 
 def test_feature_agent_replays_are_duplicates_after_the_window_went_out():
