@@ -19,7 +19,7 @@ from typing import Any
 from schemas.codec import decode_map, encode
 from schemas.errors import InvalidInputError
 
-__all__ = ["FEATURES_VERSION", "FeatureRecord", "ProgressMark", "decode_features"]
+__all__ = ["FEATURES_VERSION", "FeatureRecord", "ProgressMark", "decode_features", "is_drained"]
 
 FEATURES_VERSION = 1
 
@@ -111,8 +111,12 @@ class ProgressMark:
         got = self.parts.get(partition)
         if got is None:
             return None
-        nxt, end = got
-        return end >= 0 and nxt >= end
+        return is_drained(*got)
+
+
+def is_drained(next_offset: int, end: int) -> bool:
+    """A partition whose next offset to process has reached its end (end -1: unknown)."""
+    return end >= 0 and next_offset >= end
 
 
 def decode_features(raw: bytes | None) -> FeatureRecord | ProgressMark:

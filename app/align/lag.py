@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = ["BIN_US", "BinRing", "LagTracker", "audio_changes", "cut_strengths",
            "frame_cuts", "impulses", "match_likelihood", "peak_times",
@@ -135,8 +136,6 @@ def _filled(env_db: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rolling_median(x: np.ndarray, half: int) -> np.ndarray:
-    from numpy.lib.stride_tricks import sliding_window_view
-
     if len(x) == 0:
         return x
     padded = np.pad(x, half, mode="edge")
@@ -174,8 +173,6 @@ def speech_starts(env_db: np.ndarray) -> np.ndarray:
     before = np.full(n, np.inf)
     w = 20  # 200 ms
     if n > w:
-        from numpy.lib.stride_tricks import sliding_window_view
-
         before[w:] = sliding_window_view(e[:-1], w).max(axis=1)[: n - w]
     start = np.maximum(e - before - 10.0, 0.0)
     # one start per utterance: only where the excess first appears

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from schemas.features import ProgressMark
+from schemas.features import ProgressMark, is_drained
 
 __all__ = ["IdleAfter", "MarkBoard", "ProgressView"]
 
@@ -85,6 +85,6 @@ class MarkBoard:
             return now - since >= self.max_hold_s
         if now - seen.received > self.ttl_s:  # the agent stopped sending
             return now - seen.received >= self.max_hold_s
-        if seen.end >= 0 and seen.next_offset >= seen.end:
+        if is_drained(seen.next_offset, seen.end):
             return True
         return now - seen.moved >= self.max_hold_s  # behind: holds while it moves
