@@ -192,7 +192,15 @@ def match_likelihood(event_us: float, candidates_us: np.ndarray, lags: np.ndarra
                      sigma_bins: float, floor: float = 0.05) -> np.ndarray:
     """Log-likelihood of each lag (bins) that an event at ``event_us`` is one of
     ``candidates_us`` (on the other clock) moved by that lag: a mixture of one Gaussian
-    per candidate, plus a floor for "none of them" (an event need not have a partner)."""
+    per candidate, plus a floor for "none of them" (an event need not have a partner).
+
+    Every candidate weighs the same: a caption does not prefer the nearer speech start.
+    ASR captions trail by 0.5-2.5 s, often past the start of the next utterance, so the
+    nearest start is often the wrong one; which start is right is what the tracker learns
+    from many captions (a prior favouring the nearest, 0.8 per rank, took the held-out
+    ASR clips from a median of 64 to 254 ms, docs/benchmarks.md). Two starts equally far
+    from a lag's point of view tie exactly, and nothing downstream may depend on which of
+    two tied lags a sort puts first (its order of ties differs by CPU)."""
     mix = np.full(len(lags), floor)
     for c in candidates_us:
         mix += np.exp(-0.5 * ((lags - (event_us - c) / BIN_US) / sigma_bins) ** 2)

@@ -82,6 +82,11 @@ def test_tracker_accumulates_evidence_and_keeps_its_estimate_against_one_outlier
 def test_caption_likelihood_is_a_mixture_over_the_speech_starts():
     lags = np.arange(-100, 251, dtype=np.float64)
     ll = match_likelihood(5_000_000, np.array([4_600_000.0, 3_000_000.0]), lags, 5.0)
-    assert {int(lags[i]) for i in np.argsort(-ll)[:1]} == {40}  # 400 ms behind
-    assert ll[lags == 200][0] > ll[lags == 100][0]  # the other start is a lesser candidate
+    # both speech starts (400 ms and 2 s before the caption) are equally likely partners:
+    # a caption does not prefer the nearer one (ASR captions trail past the next start);
+    # the two peaks tie exactly, so no test may ask which one a sort puts first
+    top = ll.max()
+    assert {int(x) for x in lags[np.isclose(ll, top, rtol=0, atol=1e-12)]} == {40, 200}
+    assert ll[lags == 40][0] == ll[lags == 200][0]
+    assert ll[lags == 100][0] < top - 1.0  # between the starts: neither explains it
     assert np.isfinite(ll).all()  # a caption need not match anything
