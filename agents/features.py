@@ -45,22 +45,23 @@ def register(rt: Runtime, modality: str) -> None:
     source = s.topic(modality)
     alerts = AlertPublisher(rt) if s.alerts else None
 
-    def warm() -> None:
+    def load() -> None:
+        """The modality's models, loaded (the first time: built) before the worker
+        subscribes (Runtime.load_models), in the modality's thread."""
+        t0 = time.perf_counter()
         if modality == "image" and s.drill_image_load_s > 0:
             time.sleep(s.drill_image_load_s)  # a fault drill: a slow model load
         pipeline.warm(modality)
+        rt.metrics.stage.labels(f"load_{modality}").observe(time.perf_counter() - t0)
+        for model, (provider, precision) in list(pipeline.runtime.models.items()):
+            rt.metrics.model_info.labels(model, provider, precision).set(1)
+
+    rt.loaders[modality] = load
 
     async def agent(stream: Any) -> None:
         loop = asyncio.get_running_loop()
         pool = rt.pool(modality)
-        # Load (and on first run export) the models before the first batch, in
-        # the modality's thread: the event loop keeps heartbeating meanwhile.
-        t0 = time.perf_counter()
-        await loop.run_in_executor(pool, warm)
-        rt.metrics.stage.labels(f"load_{modality}").observe(time.perf_counter() - t0)
         m = rt.metrics
-        for model, (provider, precision) in list(pipeline.runtime.models.items()):
-            m.model_info.labels(model, provider, precision).set(1)
         stage = {name: m.stage.labels(name) for name in ("queue", "decode", "model", "cache")}
         level = m.degradation.labels(modality)
         level.set(0)

@@ -161,7 +161,7 @@ class ModelRuntime:
     ========= ========================= ==========================================
     setting   on CUDA                   on the CPU
     ========= ========================= ==========================================
-    auto      FP16                      INT8 where it measured >= MIN_GAIN x FP32
+    auto      FP16                      INT8 where the CPU has VNNI or a dot product
     fp32      FP32                      FP32
     fp16      FP16                      FP32 (no fast FP16 CPU kernels)
     int8      FP16 (INT8 is CPU-only)   INT8
@@ -286,13 +286,18 @@ class ModelRuntime:
             return self._wrap(name, sess, path, model_path, "fp16" if fp16 else "fp32", why)
 
     def _cpu(self, name: str, path: Path, calibration: Calibration | None) -> ModelSession:
-        from app.features.quantize import MIN_GAIN, cpu_model, int8_gain, int8_model, measure_gain
+        from app.features.quantize import cpu_model, int8_instruction, int8_model
 
         want, why = self.precision, ""
         if want == "fp16":
             want, why = "fp32", "fp16 needs CUDA"
         if want in ("auto", "int8") and calibration is None:
             want, why = "fp32", "no calibration set for this model"
+        if want == "auto":
+            isa = int8_instruction()
+            want = "int8" if isa else "fp32"
+            why = (f"auto: int8, the CPU has {isa}" if isa else
+                   "auto: fp32, the CPU has no VNNI or dot-product instruction for int8")
         try:
             fp32 = cpu_model(path, self.models_dir)
         except Exception as exc:  # noqa: BLE001 - the source file still runs
@@ -305,20 +310,7 @@ class ModelRuntime:
         except Exception as exc:  # noqa: BLE001 - FP32 still runs
             log.warning("%s: INT8 model not built (%s); running FP32", name, exc)
             return self._wrap(name, self.cpu_session(fp32), path, fp32, "fp32", "INT8 build failed")
-        q = self.cpu_session(int8)
-        if want == "auto":
-            def measure() -> float:
-                f = self.cpu_session(fp32)
-                x = next(iter(calibration.batches()))
-                feed = {q.get_inputs()[0].name: np.ascontiguousarray(x, dtype=np.float32)}
-                return measure_gain(lambda: f.run(None, feed), lambda: q.run(None, feed))
-
-            gain = int8_gain(self.models_dir, fp32, int8, self.threads, measure)
-            if gain < MIN_GAIN:
-                return self._wrap(name, self.cpu_session(fp32), path, fp32, "fp32",
-                                  f"auto: int8 only {gain:.2f}x fp32 here")
-            why = f"auto: int8 {gain:.2f}x fp32 here"
-        return self._wrap(name, q, path, int8, "int8", why)
+        return self._wrap(name, self.cpu_session(int8), path, int8, "int8", why)
 
     def _wrap(self, name: str, sess: Any, src: Path, model: Path, precision: str,
               why: str = "") -> ModelSession:

@@ -34,8 +34,8 @@ import numpy as np
 
 from app.features.onnx import atomic_write
 
-__all__ = ["MIN_GAIN", "Calibration", "cpu_model", "file_digest", "fold_conv_affine", "int8_gain",
-           "int8_model", "measure_gain"]
+__all__ = ["INT8_INSTRUCTIONS", "Calibration", "cpu_flags", "cpu_model", "file_digest",
+           "fold_conv_affine", "int8_instruction", "int8_model"]
 
 log = logging.getLogger(__name__)
 
@@ -233,71 +233,35 @@ def int8_model(src: Path, models_dir: Path, calib: Calibration) -> Path:
     return _build_once(models_dir, src.stem, "int8", out, write)
 
 
-# -- auto: INT8 only where it measured faster ------------------------------------------
+# -- auto: INT8 where the CPU multiplies 8-bit integers natively ----------------------
 
-#: INT8 is chosen by ``auto`` when it runs at least this much faster than FP32 here.
-#: Without VNNI, INT8 convolutions can gain nothing or lose; on this AVX-512 VNNI
-#: CPU they measured 1.9-2.8x (docs/benchmarks.md), so noise cannot flip it.
-MIN_GAIN = 1.15
-
-
-def _cpu_id() -> str:
-    """The CPU's model name and its ISA flags (what INT8 speed depends on)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        import platform
-
-        return platform.processor() or platform.machine()
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
-                  if ln.startswith("model name")), "")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines()
-                  if ln.startswith("flags")), [])
-    return model + "|" + ",".join(sorted(f for f in flags if "avx" in f or "amx" in f
-                                         or "vnni" in f))
+#: Instructions that multiply 8-bit integers into 32-bit sums in one step (x86 VNNI and
+#: AMX, Arm's dot product and matrix multiply), best first. With one of them INT8
+#: convolutions ran 1.9-2.8x FP32 (AVX-512 VNNI, docs/benchmarks.md); without (AVX2 alone,
+#: where ONNX Runtime's u8 x s8 kernel needs two instructions and saturating adds) they
+#: ran 1.11-1.18x, and a start-up timing against a 1.15x threshold flipped between runs
+#: and workers on one machine (issue 29). So ``auto`` decides by the instruction set: one
+#: answer per CPU model, the same on every start and every worker, and no INT8 build (about
+#: 20 s) where it would not run.
+INT8_INSTRUCTIONS = ("amx_int8", "avx512_vnni", "avx_vnni", "avxvnni", "i8mm", "asimddp")
 
 
-def measure_gain(run_fp32: Callable[[], Any], run_int8: Callable[[], Any], reps: int = 5
-                 ) -> float:
-    """INT8's throughput over FP32's: the two alternate so both see the same machine;
-    median of ``reps`` timings each, after one warm-up run."""
-    import time
-
-    run_fp32()
-    run_int8()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(reps):
-        for out, fn in zip(times, (run_fp32, run_int8), strict=True):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    return float(np.median(times[0]) / max(float(np.median(times[1])), 1e-9))
-
-
-def int8_gain(models_dir: Path, fp32: Path, int8: Path, threads: int,
-              measure: Callable[[], float]) -> float:
-    """INT8's measured gain for this model pair, CPU and thread count: measured once
-    (``measure()``), then remembered in ``models_dir/int8-gain.json``."""
-    import json
-
-    key = _tag(fp32.name, int8.name, _cpu_id(), str(threads))
-    path = models_dir / "int8-gain.json"
-    with _build_lock(models_dir, "int8-gain"):
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU's feature flags (x86 ``flags``, Arm ``Features`` in /proc/cpuinfo); empty
+    where they cannot be read."""
+    if cpuinfo is None:
         try:
-            known = json.loads(path.read_text())
-        except (OSError, ValueError):
-            known = {}
-        if not isinstance(known, dict):
-            known = {}
-        if isinstance(known.get(key), dict) and isinstance(known[key].get("gain"), float):
-            return float(known[key]["gain"])
-        gain = measure()
-        known[key] = {"model": fp32.name.split(".")[0], "gain": round(gain, 3),
-                      "threads": threads}
-        text = json.dumps(known, indent=1)
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
 
-        def write(tmp: Path) -> None:
-            tmp.write_text(text)
 
-        atomic_write(path, write)
-    return gain
+def int8_instruction(flags: frozenset[str] | None = None) -> str | None:
+    """The instruction that makes INT8 pay on this CPU, or None (``auto`` runs FP32)."""
+    have = cpu_flags() if flags is None else flags
+    return next((f for f in INT8_INSTRUCTIONS if f in have), None)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,6 +29,7 @@ from app.kafka.clients import (
 from app.runtime.delivery import Send
 from app.runtime.metrics import Metrics
 from app.runtime.offsets import GroupOffsets, LagReporter
+from app.runtime.readiness import Readiness
 from app.runtime.skewboard import SkewBoard, follow
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
@@ -81,7 +84,25 @@ class Runtime:
     pools: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
     #: every stream's newest skew estimate, read from PREFIX.skew (for the alerts)
     skew_board: SkewBoard = field(default_factory=SkewBoard)
+    readiness: Readiness | None = None
+    #: modality -> what loads its models (registered by the feature agents; run by
+    #: :meth:`load_models` before the worker subscribes)
+    loaders: dict[str, Callable[[], None]] = field(default_factory=dict)
     _memo: FeatureMemo | None = None
+
+    def load_models(self) -> float:
+        """Load (the first time: build) every feature agent's models, each in its
+        modality's thread (where its batches run), all at once; seconds it took.
+        Called before the Faust worker starts, so no partition is taken before the
+        worker can serve it (issue 29: frames went late while a new worker built its
+        INT8 models)."""
+        t0 = time.perf_counter()
+        futures = {m: self.pool(m).submit(load) for m, load in self.loaders.items()}
+        for f in futures.values():
+            f.result()  # a model that cannot load is a start-up error: raise it
+        if self.readiness is not None:
+            self.readiness.loaded()
+        return time.perf_counter() - t0
 
     def feature_memo(self) -> FeatureMemo | None:
         """The worker's feature cache, opened on first use; None when switched off or
@@ -150,9 +171,17 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
                               partitions=s.partitions,
                               compacting=True if name in COMPACTED_TOPICS else None)
               for name in (*CONTRACT_TOPICS, *INTERNAL_TOPICS)}
-    rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics or Metrics(),
+    metrics = metrics or Metrics()
+    readiness = Readiness(metrics.ready)
+    rt = Runtime(settings=s, app=app, topics=topics, metrics=metrics,
                  offsets=GroupOffsets(s, app.conf.id),
-                 skew_board=SkewBoard(window_us=s.window_ms * 1000))
+                 skew_board=SkewBoard(window_us=s.window_ms * 1000), readiness=readiness)
+
+    async def _on_assigned(_app: Any, assigned: set[Any], **_: Any) -> None:
+        readiness.on_assigned()
+
+    # Faust calls receivers as (sender, assigned, signal=...); its stub types only *args
+    app.on_partitions_assigned.connect(_on_assigned)  # type: ignore[arg-type]
 
     @app.task(on_leader=False)
     async def _quiet_failed_sends() -> None:
@@ -189,6 +218,12 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
                 None, gpu_memory_bytes, os.getpid())
             if used is not None:
                 rt.metrics.gpu_memory.set(used)
+
+    @app.page("/ready")
+    async def _ready(web: Any, request: Any) -> Any:
+        missing = readiness.missing()
+        return web.text("ready\n" if not missing else f"not ready: {missing}\n",
+                        status=200 if not missing else 503)
 
     @app.page("/metrics")
     async def _metrics(web: Any, request: Any) -> Any:

@@ -111,6 +111,9 @@ class Metrics:
                                      "Inputs not checked for alerts: frames left unscored under"
                                      " load (reported by blind alerts)",
                                      ["modality", "reason"], registry=r)
+        self.ready = Gauge("mmsync_ready",
+                           "1 once the models are loaded and the worker has its partitions"
+                           " (also GET /ready)", registry=r)
         self._create_known_series()
 
     def _create_known_series(self) -> None:

@@ -16,15 +16,23 @@ from app.settings import Settings
 
 __all__ = ["peak_rss_bytes", "run_worker", "spawn_worker", "stop_process", "worker_env"]
 
+log = logging.getLogger("mmsync")
+
 
 def run_worker(s: Settings) -> None:
-    """Block running one worker with the agents ``s.agents`` selects."""
+    """Block running one worker with the agents ``s.agents`` selects.
+
+    One ordered start: the broker reachable, the models loaded (the first time: built),
+    then the Faust worker, which joins the group and takes partitions."""
+    import time
+
     import faust
 
     from agents import register_all
     from app.kafka.clients import wait_for_broker
     from app.runtime.faust_app import make_app
 
+    t_start = time.monotonic()
     logging.basicConfig(level=s.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Bounded retries with backoff and one clear message, instead of Faust's
@@ -37,7 +45,15 @@ def run_worker(s: Settings) -> None:
         jieba.initialize()  # 1.4 s once; before the agents so the first caption is not slow
     s.data_dir.mkdir(parents=True, exist_ok=True)
     rt = make_app(s)
+    if rt.readiness is not None:
+        rt.readiness.started = t_start
     register_all(rt)
+    # Models before the group: a worker that joined first took partitions it could not
+    # serve while it built its models (39 s on a fresh data dir), and their frames went
+    # late (issue 29). Faust's web port (metrics, /ready) opens after this.
+    log.info("loading models (%s) before joining the group", ", ".join(rt.loaders) or "none")
+    took = rt.load_models()
+    log.info("models loaded in %.1f s; joining the group", took)
     worker = faust.Worker(rt.app, loglevel=s.log_level.upper(), quiet=True,
                           override_logging=False)
     worker.execute_from_commandline()

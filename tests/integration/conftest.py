@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,24 @@ class Pipeline:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout_s: float = 240) -> str:
+        """Poll the worker's ``GET /ready`` until it answers 200; its last answer. Fails
+        (with the logs) if the worker exits or ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        url = f"http://127.0.0.1:{proc.web_port}/ready"  # type: ignore[attr-defined]
+        said = "port closed"
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"the worker exited ({proc.returncode})\n{self.logs()}"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - loopback
+                    return r.read().decode()
+            except urllib.error.HTTPError as exc:  # 503: up, not ready yet
+                said = exc.read().decode()
+            except OSError:
+                pass  # not listening yet: the models are loading
+            time.sleep(0.2)
+        raise AssertionError(f"not ready after {timeout_s} s ({said.strip()})\n{self.logs()}")
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-3000:]

@@ -157,8 +157,10 @@ async def test_a_worker_joins_and_one_leaves_under_load(pipeline):
 
 
 async def test_image_models_slow_to_load(pipeline):
-    """Slow is not idle: while the image models load (10 s), audio and captions must not
-    close the windows without their frames."""
+    """A worker whose image models take 10 s longer to load, with the load published from
+    its start: it joins the group only once they are loaded (the records wait in Kafka),
+    so no window closes without its frames. Before issue 29 it joined first, and
+    progress marks were what kept audio and captions from closing those windows."""
     s = pipeline.settings
     await create_topics(s)
     worker = pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_DRILL_IMAGE_LOAD_S="10")
