@@ -323,19 +323,41 @@ class ModelRuntime:
         return ms
 
     def fp16_model(self, name: str, path: Path) -> tuple[Path, bool]:
-        """The FP16 twin of ``path`` under models_dir (converted once, atomically);
-        FP32 (and a log line saying so) when onnxconverter-common is absent."""
-        out = self.models_dir / f"{path.stem}.fp16.onnx"
-        if out.exists():
-            return out, True
+        """The FP16 twin of ``path`` under models_dir (converted once, atomically), made
+        from its cleaned FP32 graph; FP32 (and a log line saying why) when
+        onnxconverter-common is absent or the conversion does not load.
+
+        From the cleaned graph, not the source: Open-NSFW as shipped carries 309 Cast
+        nodes, and onnxconverter-common turned them into a model ONNX Runtime refuses
+        ("Type (tensor(float16)) of output arg (/Cast_1_output_0) ... does not match";
+        seen on the H200, docs/benchmarks.md), while blocking Cast from the conversion
+        ran for over 5 minutes. The cleaned graph has none, and folded batch norms."""
         try:
             import onnx
             from onnxconverter_common import float16
         except ImportError:
             log.warning("%s: onnxconverter-common not installed; keeping FP32 on the GPU", name)
             return path, False
+        from app.features.quantize import cpu_model
+
+        try:
+            src = cpu_model(path, self.models_dir)
+        except Exception as exc:  # noqa: BLE001 - the source file still converts
+            log.warning("%s: FP32 graph not cleaned (%s); converting the source", name, exc)
+            src = path
+        out = self.models_dir / f"{src.stem}.fp16.onnx"
+        if out.exists():
+            return out, True
         with warnings.catch_warnings():  # "value truncated to 1e-7": expected in FP16
             warnings.simplefilter("ignore", UserWarning)
-            model = float16.convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
+            model = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        try:  # a conversion ONNX Runtime cannot load is no model: say so, keep FP32
+            import onnxruntime as ort
+
+            ort.InferenceSession(model.SerializeToString(), self._options(), providers=[CPU])
+        except Exception as exc:  # noqa: BLE001 - any load failure means the same
+            log.warning("%s: FP16 conversion does not load (%s); keeping FP32 on the GPU",
+                        name, str(exc)[:200])
+            return path, False
         atomic_write(out, lambda tmp: onnx.save(model, str(tmp)))
         return out, True

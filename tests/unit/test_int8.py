@@ -165,6 +165,30 @@ def test_the_instruction_that_makes_int8_pay():
     assert quantize.cpu_flags("") == frozenset()
 
 
+def test_fp16_is_made_from_the_cleaned_graph_and_must_load(tmp_path, monkeypatch):
+    """Open-NSFW as shipped converted to an FP16 model ONNX Runtime refused (its Cast
+    nodes; seen on an H200): the twin is made from the cleaned FP32 graph, checked by
+    loading it, and a conversion that does not load leaves FP32 running."""
+    from onnxconverter_common import float16
+
+    rt = ModelRuntime("cpu", models_dir=tmp_path / "models")
+    path, fp16 = rt.fp16_model("open_nsfw", image.nsfw_model_path())
+    assert fp16 and ".cpu-" in path.name and path.name.endswith(".fp16.onnx")
+    sess = ort.InferenceSession(str(path), providers=[CPU])
+    x = nsfw_input([np.full((256, 256, 3), 128, np.uint8)])
+    assert sess.run(None, {sess.get_inputs()[0].name: x})[0].shape[0] == 1
+
+    def broken(model, **_kw):
+        model.graph.node[0].op_type = "NoSuchOp"
+        return model
+
+    monkeypatch.setattr(float16, "convert_float_to_float16", broken)
+    other = ModelRuntime("cpu", models_dir=tmp_path / "other")
+    src = _small_cnn(tmp_path / "m.onnx")
+    assert other.fp16_model("m", src) == (src, False)
+    assert not list((tmp_path / "other").glob("*.fp16.onnx"))
+
+
 def test_cuda_libraries_are_looked_for_before_the_provider():
     capi = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
     if not capi.exists():
