@@ -256,6 +256,12 @@ class KafkaNode:
                                f"{self.start_timeout_s:g} s:\n{self.tail()}")
 
     @property
+    def workdir(self) -> Path | None:
+        """The temporary folder of this run (``server.properties``, the storage in
+        ``data/``); None when stopped (it is deleted)."""
+        return self._dir
+
+    @property
     def log_file(self) -> Path:
         """The node's log (the storage format's output, then the broker's): ``log_path``,
         or a file in the temporary folder, gone at stop."""
