@@ -72,8 +72,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _until_signal(alive: Callable[[], bool]) -> None:
-    """Block until SIGTERM or SIGINT (Ctrl-C), or until ``alive()`` turns false."""
+def _stop_on_signal() -> Callable[[], bool]:
+    """From now on SIGTERM and SIGINT (Ctrl-C) only set a flag; the returned function
+    reads it. Installed before the export line is printed, so a signal sent as soon
+    as it is read still ends the command cleanly (exit 0)."""
     stop = False
 
     def _sig(*_a: Any) -> None:
@@ -82,7 +84,11 @@ def _until_signal(alive: Callable[[], bool]) -> None:
 
     signal.signal(signal.SIGTERM, _sig)
     signal.signal(signal.SIGINT, _sig)
-    while not stop and alive():
+    return lambda: stop
+
+
+def _wait(stopped: Callable[[], bool], alive: Callable[[], bool]) -> None:
+    while not stopped() and alive():
         time.sleep(0.2)
 
 
@@ -92,9 +98,10 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     from app.kafka.embedded import EmbeddedBroker
 
     with EmbeddedBroker(port=args.port) as b:
+        stopped = _stop_on_signal()
         print(f"embedded broker (Tansu, in memory) on {b.bootstrap}")
         print(f"  export MMSYNC_BROKER={b.url} MMSYNC_BROKER_EMBEDDED=1", flush=True)
-        _until_signal(b.alive)
+        _wait(stopped, b.alive)
     return 0
 
 
@@ -105,11 +112,12 @@ def _broker_kafka(args: argparse.Namespace) -> int:
     # stops what it started before the exception leaves it.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with KafkaNode(port=args.port, version=args.kafka_version) as k:
+        stopped = _stop_on_signal()
         print(f"Apache Kafka {k.version} (KRaft, one node, topic auto-creation off) on "
               f"{k.bootstrap}, ready in {k.start_s:.1f} s; log {k.log_file}")
         print(f"  export MMSYNC_BROKER={k.url}", flush=True)
-        _until_signal(k.alive)
-        if not k.alive():
+        _wait(stopped, k.alive)
+        if not stopped():
             print(f"mmsync broker: Kafka exited on its own:\n{k.tail()}", file=sys.stderr)
             return 1
     return 0

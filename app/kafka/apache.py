@@ -54,10 +54,9 @@ _MESSAGE_MAX_BYTES = 12 * 1024 * 1024
 
 
 def kafka_libs(version: str = DEFAULT_KAFKA_VERSION) -> Path:
-    """Where ``make kafka KAFKA_VERSION=version`` puts the jars (``MMSYNC_KAFKA_HOME``
-    replaces the repository's ``.kafka`` folder)."""
-    home = os.environ.get("MMSYNC_KAFKA_HOME")
-    return (Path(home) if home else _ROOT / ".kafka") / version / "libs"
+    """Where ``make kafka KAFKA_VERSION=version`` puts the jars: the repository's
+    ``.kafka/<version>/libs`` (elsewhere: ``KafkaNode(libs=...)``)."""
+    return _ROOT / ".kafka" / version / "libs"
 
 
 def locate_java() -> str:

@@ -2,8 +2,9 @@
 prefix and worker per test.
 
 The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``,
-``kafka_pipeline``), from the jars ``make kafka`` fetched; ``MMSYNC_TEST_KAFKA_VERSION``
-picks another fetched version (``make kafka KAFKA_VERSION=4.4.0`` first).
+``kafka_pipeline``), from the jars ``make kafka`` fetched. ``KAFKA_VERSION`` in the
+environment, the Makefile's variable, picks another version:
+``KAFKA_VERSION=4.4.0 make integration`` fetches it and runs the suite on it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 
 #: The Apache Kafka version the Kafka fixtures run (fetched by ``make kafka``).
-KAFKA_VERSION = os.environ.get("MMSYNC_TEST_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
+KAFKA_VERSION = os.environ.get("KAFKA_VERSION") or DEFAULT_KAFKA_VERSION
 
 
 def _kafka_node(tmp_path_factory: pytest.TempPathFactory, name: str, *, auto_create: bool,
