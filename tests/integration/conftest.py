@@ -2,14 +2,12 @@
 prefix and worker per test.
 
 The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``,
-``kafka_pipeline``), from the jars ``make kafka`` fetched. ``KAFKA_VERSION`` in the
-environment, the Makefile's variable, picks another version:
-``KAFKA_VERSION=4.4.0 make integration`` fetches it and runs the suite on it.
+``kafka_pipeline``), from the jars ``make kafka`` fetched (which version:
+``tests/integration/brokers.py``).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import urllib.request
@@ -20,10 +18,11 @@ from uuid import uuid4
 
 import pytest
 
-from app.kafka.apache import DEFAULT_KAFKA_VERSION, KafkaNode
+from app.kafka.apache import KafkaNode
 from app.kafka.embedded import EmbeddedBroker, free_port
 from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
+from tests.integration.brokers import KAFKA_VERSION, process_group_alive
 
 
 @pytest.fixture(scope="session")
@@ -31,10 +30,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
     log = tmp_path_factory.mktemp("broker") / "tansu.log"
     with EmbeddedBroker(log_path=log) as b:
         yield b
-
-
-#: The Apache Kafka version the Kafka fixtures run (fetched by ``make kafka``).
-KAFKA_VERSION = os.environ.get("KAFKA_VERSION") or DEFAULT_KAFKA_VERSION
 
 
 def _kafka_node(tmp_path_factory: pytest.TempPathFactory, name: str, *, auto_create: bool,
@@ -45,15 +40,6 @@ def _kafka_node(tmp_path_factory: pytest.TempPathFactory, name: str, *, auto_cre
         pid = node.pid
         yield node
     assert pid is not None and not process_group_alive(pid), f"Kafka's JVM {pid} outlived stop()"
-
-
-def process_group_alive(pgid: int) -> bool:
-    """Whether any process is left in the process group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="session")

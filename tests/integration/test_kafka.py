@@ -27,7 +27,7 @@ from app.kafka.apache import KafkaNode, metadata_brokers
 from app.kafka.clients import create_topics, make_producer
 from app.kafka.embedded import free_port
 from app.settings import Settings
-from tests.integration.conftest import KAFKA_VERSION, process_group_alive
+from tests.integration.brokers import KAFKA_VERSION, process_group_alive
 
 pytestmark = pytest.mark.integration
 
