@@ -125,9 +125,13 @@ def test_broker_kafka_command_prints_export_and_stops_its_jvm_on_sigterm():
         assert not process_group_alive(jvm)
         assert metadata_brokers("127.0.0.1", port, timeout=0.5) is None
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:  # stopped as a user would, so its temporary folder goes too
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.mark.parametrize("kafka_pipeline", ["kafka", "kafka_defaults"], indirect=True)
