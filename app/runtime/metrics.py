@@ -14,12 +14,14 @@ import subprocess
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
+from app.kafka.clients import CONTRACT_TOPICS, INTERNAL_TOPICS
 from app.settings import MODALITIES
 from schemas.alert import KINDS
 from schemas.errors import REASONS
 
 __all__ = ["ALERT_SERIES", "ALERT_SKIP_REASONS", "CACHE_RESULTS", "DLQ_REASONS",
-           "DYNAMIC_LABELS", "OUTCOMES", "STAGES", "Metrics", "gpu_memory_bytes"]
+           "DYNAMIC_LABELS", "OUTCOMES", "SEND_ERROR_REASONS", "SEND_TOPICS", "STAGES", "Metrics",
+           "gpu_memory_bytes"]
 
 #: ``mmsync_events_total{outcome}``: the aligner's placements plus the dead-letter path.
 OUTCOMES = ("merged", "late", "duplicate", "dead_letter")
@@ -35,6 +37,13 @@ STAGES = ("queue", "decode", "model", "cache", "align",
 ALERT_SERIES = tuple((modality, kind) for kind, modality in KINDS.items())
 #: ``mmsync_alert_skipped_total{reason}``: why a frame went unscored (app.alerts.detect).
 ALERT_SKIP_REASONS = ("sampled", "off")
+#: ``mmsync_send_errors_total{topic}``: the topics a worker sends to, without the prefix.
+SEND_TOPICS = tuple(t for t in (*CONTRACT_TOPICS, *INTERNAL_TOPICS) if t not in MODALITIES)
+#: ``mmsync_send_errors_total{reason}`` (app.runtime.delivery.send_error_reason): a partition
+#: the producer's metadata does not know, a topic it has no metadata for (deleted, or not
+#: there in time), a time-out, a record over the size limit, another broker error, other.
+SEND_ERROR_REASONS = ("unknown_partition", "unknown_topic", "timeout", "too_large", "broker",
+                      "other")
 #: Families whose label values exist only at run time: the topic-partitions assigned to
 #: this worker (set by the 5 s lag timer once it owns some), and the model sessions with
 #: the provider and precision they really got (set once the models have loaded).
@@ -111,6 +120,10 @@ class Metrics:
                                      "Inputs not checked for alerts: frames left unscored under"
                                      " load (reported by blind alerts)",
                                      ["modality", "reason"], registry=r)
+        self.send_errors = Counter("mmsync_send_errors_total",
+                                   "Sends that failed (each try) or were not made (a partition"
+                                   " the metadata does not know), by topic without the prefix",
+                                   ["topic", "reason"], registry=r)
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -134,6 +147,9 @@ class Metrics:
             self.alerts.labels(mod, kind)
         for reason in ALERT_SKIP_REASONS:
             self.alert_skipped.labels("image", reason)
+        for topic in SEND_TOPICS:
+            for reason in SEND_ERROR_REASONS:
+                self.send_errors.labels(topic, reason)
 
 
 def gpu_memory_bytes(pid: int, timeout_s: float = 5.0) -> int | None:
