@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -38,7 +38,8 @@ from app.kafka.clients import (
 )
 from app.settings import Settings
 
-__all__ = ["ALL_TOPICS", "MAX_MESSAGE_BYTES", "TopicsReport", "ensure_topics", "topic_configs"]
+__all__ = ["ALL_TOPICS", "MAX_MESSAGE_BYTES", "TopicsCheck", "TopicsReport", "check_topics",
+           "ensure_topics", "topic_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,18 @@ class TopicsReport:
     existing: tuple[str, ...]
     #: one line per config of an existing topic that differs from what mmsync needs
     warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TopicsCheck:
+    """What :func:`check_topics` found wrong: names without the prefix."""
+
+    missing: tuple[str, ...] = ()
+    #: name -> the partition count it has instead of ``MMSYNC_PARTITIONS``
+    wrong: Mapping[str, int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.wrong)
 
 
 def _count_error(s: Settings, wrong: Mapping[str, int]) -> TopicConfigError:
@@ -216,3 +229,19 @@ async def _wait_for_partitions(admin: AIOKafkaAdminClient, s: Settings, names: l
                 topic=short[0])
         await asyncio.sleep(pause)
         pause = min(pause * 2, 1.0)
+
+
+async def check_topics(s: Settings, names: Iterable[str] = ALL_TOPICS) -> TopicsCheck:
+    """For a running worker: which of ``names`` are gone (deleted under it) or have
+    another partition count now. One metadata request for all topics (it makes none);
+    broker errors are raised (KafkaError, OSError)."""
+    names = list(dict.fromkeys(names))
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, **auth_kwargs(s))
+    await admin.start()
+    try:
+        have = await _describe(admin, (s.topic(n) for n in names))
+    finally:
+        await admin.close()
+    return TopicsCheck(missing=tuple(n for n in names if s.topic(n) not in have),
+                       wrong={n: len(have[s.topic(n)]) for n in names
+                              if s.topic(n) in have and len(have[s.topic(n)]) != s.partitions})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import wraps
@@ -39,6 +39,7 @@ from app.runtime.delivery import Record, Send, send_error_reason, where
 from app.runtime.metrics import SEND_TOPICS, Metrics
 from app.runtime.offsets import GroupOffsets, LagReporter
 from app.runtime.skewboard import SkewBoard, follow
+from app.runtime.topicwatch import TOPIC_CHECK_S, TopicWatch
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 
@@ -155,6 +156,19 @@ class Runtime:
             parts = await asyncio.wait_for(producer.partitions_for(name), timeout_s)
         return frozenset(parts)
 
+    async def topics_changed(self, remade: Sequence[str]) -> None:
+        """A topic was deleted, made again (``remade``: full names) or changed its count:
+        the producer fetches its metadata now, and the partitions this worker reads of a
+        topic made again are read from their start (app.runtime.topicwatch)."""
+        producer = getattr(self.app.producer, "_producer", None)
+        if producer is not None:
+            await producer.client.force_metadata_update()
+        consumer = self.app.consumer
+        for tp in sorted(tp for tp in consumer.assignment() if tp.topic in remade):
+            log.warning("reading %s partition %d from its start (the topic was made again)",
+                        tp.topic, tp.partition)
+            await consumer.seek(tp, 0)
+
     def timer(self, interval_s: float, name: str, fun: Callable[[], Awaitable[None]]) -> None:
         """Run ``fun`` every ``interval_s`` on every worker; what it raises is logged."""
         self.app.timer(interval_s, on_leader=False, name=name)(guarded(name, fun))
@@ -238,6 +252,9 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         await lag.update(consumer.assignment(), consumer.highwater)
 
     rt.timer(5.0, "mmsync.lag", _lag)
+    # topics deleted under the worker are made again; a changed count is reported
+    rt.timer(TOPIC_CHECK_S, "mmsync.topics",
+             TopicWatch(s, rt.metrics, on_change=rt.topics_changed))
 
     if s.device != "cpu":
         async def _gpu_memory() -> None:
