@@ -240,6 +240,50 @@ async def test_a_topic_deleted_under_a_running_worker(pipeline):
     assert "Traceback" not in logs and "crash" not in logs, logs
 
 
+async def test_features_made_again_with_another_count_under_a_running_worker(pipeline):
+    """The issue's crash path itself, at run time: ``PREFIX.features`` deleted and made
+    again with 4 partitions (as a broker's auto-creation would) while the worker sends
+    progress marks to partitions 0..7 by number. The worker says what is wrong (once per
+    change), sends its marks to the partitions that exist, counts the others in
+    ``mmsync_send_errors_total{topic="features",reason="unknown_partition"}`` and stays
+    up. What it cannot do is keep stream_id keys on their partitions: no accounting is
+    promised here, the error line tells the operator to make new topics."""
+    s = _eight(pipeline)
+    await ensure_topics(s)
+    worker = pipeline.start_worker(MMSYNC_MODELS="light")
+    pipeline.metrics(worker, timeout_s=60)
+    pub = await publish(s, list(synth_records([SynthSpec(stream_id="m", seconds=2)])),
+                        progress=False)
+    out = await collect(s, until=lambda o: o.accounted >= pub.total, timeout_s=TIMEOUT)
+    assert out.accounted == pub.total, pipeline.logs()
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([s.topic("features")])
+        await admin.create_topics([NewTopic(s.topic("features"), 4, 1)])
+    finally:
+        await admin.close()
+    t0 = time.monotonic()
+    skipped = 0.0
+    while skipped == 0:  # the worker's next topic check (10 s) refreshes its metadata
+        assert time.monotonic() - t0 < 30, pipeline.logs()
+        assert worker.poll() is None, pipeline.logs()
+        time.sleep(1)
+        skipped = _send_errors(pipeline.metrics(worker))[("unknown_partition", "features")]
+    time.sleep(3)  # six more rounds of marks
+    metrics, logs = pipeline.metrics(worker), pipeline.logs()
+    print(f"\nfeatures made again with 4: marks to partitions 4..7 skipped "
+          f"{_send_errors(metrics)[('unknown_partition', 'features')]:.0f} times in "
+          f"{time.monotonic() - t0:.1f} s; worker alive: {worker.poll() is None}")
+    assert worker.poll() is None, logs
+    assert re.search(r'mmsync_topic_faults_total\{fault="partitions",topic="features"\} '
+                     r'[1-9]', metrics), metrics
+    assert (f"topic {s.topic('features')} has 4 partitions now, MMSYNC_PARTITIONS is "
+            f"{PARTITIONS}") in logs
+    assert f"progress marks not sent to {s.topic('features')} partitions [4, 5, 6, 7]" in logs
+    assert "Traceback" not in logs and "crash" not in logs.lower(), logs
+
+
 def test_readme_flow_verbatim(tmp_path: Path) -> None:
     """README, "Running it yourself": ``mmsync broker`` in one shell, ``mmsync worker`` in
     another with the variables the broker printed, then ``mmsync produce --video``. Before
