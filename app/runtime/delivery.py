@@ -70,10 +70,11 @@ class Record:
 
 
 def where(send: Send) -> str:
-    """``topic partition N`` (or ``by key``) of a :class:`Record`; ``?`` for other sends."""
+    """``topic partition N`` of a :class:`Record` (``partition of key K`` where the producer
+    picks it from the key); ``?`` for other sends."""
     if not isinstance(send, Record):
         return "?"
-    part = "by key" if send.partition is None else str(send.partition)
+    part = f"of key {send.key!r}" if send.partition is None else str(send.partition)
     return f"{send.topic} partition {part}"
 
 

@@ -11,6 +11,7 @@ shows. Every worker runs the light models (the topics are the point here).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -317,8 +318,6 @@ def test_readme_flow_verbatim(tmp_path: Path) -> None:
                            timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         total = int(re.search(r"published (\d+) records", r.stdout).group(1))  # type: ignore[union-attr]
-        import asyncio
-
         out = asyncio.run(collect(s, until=lambda o: o.accounted >= total, timeout_s=TIMEOUT))
         text = log.read_text(errors="replace")
         print(f"\nREADME flow: {total} records published, {out.accounted} accounted "
