@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -31,7 +30,7 @@ from aiokafka.errors import KafkaError
 from app.align.aligner import AlignerConfig
 from app.align.progress import MarkBoard
 from app.align.runner import AlignRunner, Step
-from app.runtime.delivery import Send, deliver
+from app.runtime.delivery import Record, Send, deliver
 from app.runtime.faust_app import Runtime
 from app.runtime.outputs import read_outputs
 from schemas.skew import SkewState
@@ -62,13 +61,12 @@ def register(rt: Runtime) -> AlignRunner:
         sends: list[Send] = [rt.dead_letter_send(dl, "features") for dl in step.dead]
         for late in step.late:
             m.late.labels(late.modality).inc()
-            sends.append(partial(late_topic.send, key=late.stream_id.encode(),
-                                 value=late.encode()))
+            sends.append(Record(late_topic, late.stream_id.encode(), late.encode()))
         for win in step.windows:
-            sends.append(partial(aligned.send, key=win.stream_id.encode(), value=win.encode()))
+            sends.append(Record(aligned, win.stream_id.encode(), win.encode()))
             # the skew estimate for the feature agents' alerts (app.runtime.skewboard)
-            sends.append(partial(skew_topic.send, key=win.stream_id.encode(),
-                                 value=SkewState.of_window(win).encode()))
+            sends.append(Record(skew_topic, win.stream_id.encode(),
+                                SkewState.of_window(win).encode()))
             m.windows.inc()
             m.stage.labels("align").observe(win.stages["align"])
             m.sync_latency.observe(win.stages["sync"])
@@ -80,7 +78,7 @@ def register(rt: Runtime) -> AlignRunner:
             if outcome != "dead_letter":  # counted by rt.dead_letter_send
                 m.events.labels(mod, outcome).inc()
         if sends:  # acked below only once the broker has them
-            await deliver(sends)
+            await deliver(sends, on_failure=rt.send_failed)
         for partition, offsets in step.acks.items():
             for off in offsets:
                 ev = events.pop((partition, off), None)
@@ -140,8 +138,8 @@ def register(rt: Runtime) -> AlignRunner:
         to_restore.update(tp.partition for tp in assigned if tp.topic == features)
 
     rt.app.agent(rt.topics["features"], name="mmsync.aligner")(agent)
-    rt.app.timer(_TICK_S, name="mmsync.aligner.idle")(idle_flush)
-    rt.app.timer(min(10.0, s.stream_ttl_s / 2), name="mmsync.aligner.evict")(evict)
+    rt.timer(_TICK_S, "mmsync.aligner.idle", idle_flush)
+    rt.timer(min(10.0, s.stream_ttl_s / 2), "mmsync.aligner.evict", evict)
     # Faust calls receivers as (sender, revoked, signal=...); its stub types only *args
     rt.app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
     rt.app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]

@@ -5,7 +5,10 @@ one factory keeps the loop in one place instead of three near-copies. Every
 ``MMSYNC_MARK_INTERVAL_MS`` each agent also sends a progress mark (how far it
 got through its input partitions, ``app.features.progress``) to every features
 partition, after the feature records it covers: the aligner tells a slow
-modality from an idle one by it (``app.align.progress``).
+modality from an idle one by it (``app.align.progress``). Marks go only to the
+partitions the producer's metadata knows: a partition it does not know (the
+topic deleted and made again with another count) is counted and logged, never
+sent to (aiokafka would raise, and a timer that raises stops the worker: issue 23).
 """
 
 from __future__ import annotations
@@ -13,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from functools import partial
 from typing import Any
 
 from app.alerts.publish import AlertPublisher
 from app.consumed import RawMsg
 from app.features.pipeline import FeaturePipeline
 from app.features.progress import InputProgress
-from app.runtime.delivery import Send, deliver
+from app.runtime.delivery import DeliveryError, Record, Send, deliver
 from app.runtime.faust_app import Runtime
 from app.runtime.offsets import highwaters
 from schemas.dead_letter import DeadLetter
@@ -40,6 +42,9 @@ def register(rt: Runtime, modality: str) -> None:
     s = rt.settings
     pipeline = FeaturePipeline(s, rt.feature_memo())
     features = rt.topics["features"]
+    mark_s = s.mark_interval_ms / 1000
+    #: features partitions the producer's metadata lacked at the last mark (logged on change)
+    unmarked: set[int] = set()
     within = max(s.batch_wait_ms, 1) / 1000.0
     progress = InputProgress(modality)
     source = s.topic(modality)
@@ -82,10 +87,9 @@ def register(rt: Runtime, modality: str) -> None:
                 else:
                     for name, secs in out.stages.items():
                         stage[name].observe(secs)
-                    sends.append(partial(features.send, key=out.stream_id.encode(),
-                                         value=out.encode()))
+                    sends.append(Record(features, out.stream_id.encode(), out.encode()))
             # the batch is acked (next iteration) only once the broker has its outputs
-            await deliver(sends)
+            await deliver(sends, on_failure=rt.send_failed)
             for msg in msgs:
                 progress.processed(msg.partition, msg.offset)
 
@@ -100,23 +104,46 @@ def register(rt: Runtime, modality: str) -> None:
                 progress.started(tp.partition, start)
         ends = {tp.partition: end for tp, end in highwaters(mine, consumer.highwater).items()}
         mark = progress.mark(ends, time.time_ns() // 1000)
-        if mark is not None:
-            value = mark.encode()
-            sent = [await features.send(key=None, value=value, partition=q)
-                    for q in range(s.partitions)]
+        if mark is None:
+            return
+        errors = rt.metrics.send_errors
+        try:
+            known = await rt.known_partitions(features, timeout_s=mark_s)
+        except TimeoutError:
+            errors.labels("features", "timeout").inc(s.partitions)
+            log.warning("progress marks not sent: no metadata for %s within %.1f s",
+                        features.get_topic_name(), mark_s)
+            return
+        if known is None:
+            return  # the producer is not started yet
+        missing = set(range(s.partitions)) - known
+        if missing:
+            errors.labels("features", "unknown_partition").inc(len(missing))
+        if missing != unmarked:
+            if missing:
+                log.warning("progress marks not sent to %s partitions %s: the producer's "
+                            "metadata has %d partitions, MMSYNC_PARTITIONS is %d (the topic "
+                            "was deleted, or made again with another count?)",
+                            features.get_topic_name(), sorted(missing), len(known), s.partitions)
+            else:
+                log.warning("progress marks reach every partition of %s again",
+                            features.get_topic_name())
+            unmarked.clear()
+            unmarked.update(missing)
+        value = mark.encode()
+        marks: list[Send] = [Record(features, None, value, partition=q)
+                             for q in range(s.partitions) if q in known]
+        try:
+            await deliver(marks, attempts=1, on_failure=rt.send_failed)
+        except DeliveryError as exc:
             # A mark is advice the next one (in MMSYNC_MARK_INTERVAL_MS) replaces: a lost
-            # one is not sent again, but its failure is read here (not left to asyncio's
-            # "exception was never retrieved").
-            failed = [r for r in await asyncio.gather(*sent, return_exceptions=True)
-                      if isinstance(r, Exception)]
-            if failed:
-                log.info("%d of %d progress marks not delivered (%r)", len(failed), len(sent),
-                         failed[0])
+            # one is not sent again, but its failure is read (and counted) here.
+            log.info("progress marks of %s: %s", modality, exc)
 
     async def show_level() -> None:
         # Between batches too: an idle worker's level decays (app.features.degrade).
         rt.metrics.degradation.labels(modality).set(pipeline.level_now())
 
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)
-    rt.app.timer(1.0, name=f"mmsync.features.{modality}.level")(show_level)
-    rt.app.timer(s.mark_interval_ms / 1000, name=f"mmsync.features.{modality}.marks")(send_marks)
+    rt.timer(1.0, f"mmsync.features.{modality}.level", show_level)
+    rt.timer(mark_s, f"mmsync.features.{modality}.marks", send_marks)

@@ -133,7 +133,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         wav_records,
     )
     from app.clients.synth import SynthSpec, synth_records
-    from app.kafka.clients import create_topics
+    from app.kafka.topics import ensure_topics
 
     s = _client_settings(args)
     if s is None:
@@ -173,7 +173,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     if not recs and video is None:
         print("mmsync produce: nothing to publish (see --help)", file=sys.stderr)
         return 2
-    asyncio.run(create_topics(s))
+    asyncio.run(ensure_topics(s))
     by_modality: dict[str, int] = {}
     if recs or not args.realtime:
         stream = recs if video is None or args.realtime else itertools.chain(recs, video)

@@ -13,6 +13,7 @@ __all__ = [
     "ConfigError",
     "InvalidInputError",
     "MmsyncError",
+    "TopicConfigError",
     "TransientError",
 ]
 
@@ -29,3 +30,15 @@ class BrokerStartError(MmsyncError):
 
 class ConfigError(MmsyncError):
     """A setting is invalid or settings contradict each other."""
+
+
+class TopicConfigError(ConfigError):
+    """A topic is not as the settings need it (another partition count, missing where
+    mmsync may not create it, not ready in time): found at start, before anything is
+    consumed; the process exits with the message, one line naming the topic."""
+
+    def __init__(self, message: str, *, topic: str, partitions: int | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        #: the partition count the topic has, where that is the fault
+        self.partitions = partitions

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     )
     topic_prefix: str = Field(default="mm", description="prefix of every topic name")
     partitions: int = Field(default=8, ge=1, le=1024, description="partitions per topic")
+    create_topics: bool = Field(
+        default=True, description="at start, create missing topics (admin API) with"
+        " MMSYNC_PARTITIONS partitions; false: only check that every topic exists with that"
+        " count (clusters where mmsync may not create topics)")
     data_dir: Path = Field(default=Path(".mmsync"),
                            description="worker state: tables, cache, models")
     sync_hz: float = Field(default=20.0, gt=0, le=1000, description="rate of the aligned grid, Hz")

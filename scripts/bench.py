@@ -59,13 +59,9 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
 from app.clients.produce import Record, paced, publish  # noqa: E402
-from app.kafka.clients import (  # noqa: E402
-    CONTRACT_TOPICS,
-    consume,
-    create_topics,
-    wait_for_broker,
-)
+from app.kafka.clients import consume, wait_for_broker  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
+from app.kafka.topics import ALL_TOPICS, ensure_topics  # noqa: E402
 from app.runtime.process import (  # noqa: E402
     peak_rss_bytes,
     spawn_worker,
@@ -462,7 +458,7 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
         s0 = Settings(broker=broker.url, broker_embedded=True, topic_prefix=f"b{kind[0]}",
                       partitions=8)
         await wait_for_broker(s0, timeout_s=20)
-        await create_topics(s0, (*CONTRACT_TOPICS, NAIVE_TOPIC))
+        await ensure_topics(s0, (*ALL_TOPICS, NAIVE_TOPIC))
         extra = {"MMSYNC_BATCH_MAX": str(args.batch_max)} if args.batch_max else {}
         # naive runs the FP32 models (the baseline as it was); mmsync-<p> at precision p
         extra["MMSYNC_PRECISION"] = kind.split("-", 1)[1] if "-" in kind else "fp32"

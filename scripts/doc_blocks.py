@@ -34,8 +34,9 @@ __all__ = ["BLOCKS", "refresh", "render"]
 
 #: The settings the external contract names, plus the limits and the metrics port a
 #: producer or an operator meets first; every other one is in docs/operations.md.
-CONTRACT_SETTINGS = ("broker", "topic_prefix", "partitions", "data_dir", "sync_hz", "window_ms",
-                     "lateness_ms", "device", "gpu_mem_limit_mb", "cache_max_bytes",
+CONTRACT_SETTINGS = ("broker", "topic_prefix", "partitions", "create_topics", "data_dir",
+                     "sync_hz", "window_ms", "lateness_ms", "device", "gpu_mem_limit_mb",
+                     "cache_max_bytes",
                      "image_ttl_s", "text_ttl_s", "audio_ttl_s", "max_text_bytes",
                      "max_image_bytes", "max_audio_bytes", "max_future_s", "web_host",
                      "web_port")

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.alerts.detect import Detector, Thresholds
 from app.features.text import TermMatcher
-from app.runtime.delivery import Send
+from app.runtime.delivery import Record, Send
 
 if TYPE_CHECKING:
     from app.runtime.faust_app import Runtime
@@ -52,7 +51,7 @@ class AlertPublisher:
         m = self._m
         sends: list[Send] = []
         for a in res.alerts:
-            sends.append(partial(self._topic.send, key=a.stream_id.encode(), value=a.encode()))
+            sends.append(Record(self._topic, a.stream_id.encode(), a.encode()))
             m.alerts.labels(a.modality, a.kind).inc()
             if a.kind != "blind" and a.kafka_ts_ms > 0:
                 # input record's Kafka timestamp to now, just before its send starts, s

@@ -17,8 +17,9 @@ from app.clients.collect import Outputs, collect
 from app.clients.produce import publish
 from app.clients.render import render_window
 from app.clients.synth import SynthSpec, synth_records
-from app.kafka.clients import create_topics, wait_for_broker
+from app.kafka.clients import wait_for_broker
 from app.kafka.embedded import EmbeddedBroker
+from app.kafka.topics import ensure_topics
 from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
 
@@ -85,7 +86,7 @@ def run_demo(base: Settings, seconds: float = 20.0, timeout_s: float = 120.0) ->
             console.print(f"[bold]embedded broker[/] {broker.bootstrap} (Tansu, in memory)")
         s = base.model_copy(update={"broker": broker_url, "broker_embedded": embedded})
         asyncio.run(wait_for_broker(s, timeout_s=20))
-        asyncio.run(create_topics(s))
+        asyncio.run(ensure_topics(s))
         env = worker_env(s, MMSYNC_DATA_DIR=str(workdir / "data"))
         log = workdir / "worker.log"
         proc = spawn_worker(env, log)

@@ -1,4 +1,6 @@
-"""aiokafka clients built from Settings: producers, consumers, topic creation.
+"""aiokafka clients built from Settings: producers, consumers, waiting for the broker.
+
+The topics themselves are made or checked by ``app/kafka/topics.py``.
 
 Used by the CLI (produce, tail, demo) and tests; the workers use Faust's own
 clients (``app/runtime/faust_app.py``) configured from the same Settings.
@@ -14,8 +16,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import murmur2
 from aiokafka.structs import ConsumerRecord
 
@@ -23,7 +25,7 @@ from app.errors import MmsyncError
 from app.settings import Settings
 
 __all__ = ["COMPACTED_TOPICS", "CONTRACT_TOPICS", "INTERNAL_TOPICS", "auth_kwargs", "consume",
-           "create_topics", "default_partition", "make_consumer", "make_producer", "ssl_context",
+           "default_partition", "make_consumer", "make_producer", "ssl_context",
            "wait_for_broker"]
 
 CONTRACT_TOPICS = ("text", "image", "audio", "features", "aligned", "late", "alerts", "dlq")
@@ -146,24 +148,3 @@ async def wait_for_broker(s: Settings, timeout_s: float = 30.0) -> None:
         quiet.setLevel(level)
     raise MmsyncError(f"broker {s.broker} ({s.bootstrap}) did not answer within "
                       f"{timeout_s:g} s: {last}")
-
-
-async def create_topics(s: Settings,
-                        names: tuple[str, ...] = (*CONTRACT_TOPICS, *INTERNAL_TOPICS)) -> None:
-    """Create the contract (and internal) topics with ``s.partitions`` partitions
-    (co-partitioned); ``COMPACTED_TOPICS`` with ``cleanup.policy=compact``."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, **auth_kwargs(s))
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        new = [NewTopic(s.topic(n), num_partitions=s.partitions, replication_factor=1,
-                        topic_configs={"cleanup.policy": "compact"} if n in COMPACTED_TOPICS
-                        else {})
-               for n in names if s.topic(n) not in existing]
-        if new:
-            try:
-                await admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass  # another process won the race; same partition count by contract
-    finally:
-        await admin.close()

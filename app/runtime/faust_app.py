@@ -1,8 +1,17 @@
-"""The Faust app: settings passed in explicitly, topics declared at start-up.
+"""The Faust app: settings passed in explicitly, over topics made before it starts.
+
+The topics are made or checked by ``app.kafka.topics.ensure_topics`` before the
+app exists (``app.runtime.process.run_worker``): Faust declares none of them and
+runs without its one-partition leader topic (nothing here runs on the leader
+only), so a worker reads and writes exactly the topics mmsync lists.
 
 Topics carry raw bytes: agents decode inside their loop so a record that fails
 to decode is dead-lettered with its original bytes instead of being acked and
 lost by Faust's codec (style.md, "Errors are types").
+
+Faust stops the whole worker when a timer or a task raises ("We experienced a
+crash!"): every one of ours is registered through :meth:`Runtime.timer` or
+:meth:`Runtime.task`, which log what escapes instead (issue 23).
 """
 
 from __future__ import annotations
@@ -10,31 +19,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import wraps
 from typing import Any
 
 import faust
 from faust.types.tuples import FutureMessage
 
 from app.cache.features import FeatureMemo
+from app.errors import MmsyncError
 from app.kafka.clients import (
     COMPACTED_TOPICS,
     CONTRACT_TOPICS,
     INTERNAL_TOPICS,
     MAX_REQUEST_BYTES,
 )
-from app.runtime.delivery import Send
-from app.runtime.metrics import Metrics
+from app.runtime.delivery import Record, Send, send_error_reason, where
+from app.runtime.metrics import SEND_TOPICS, Metrics
 from app.runtime.offsets import GroupOffsets, LagReporter
 from app.runtime.readiness import Readiness
 from app.runtime.skewboard import SkewBoard, follow
+from app.runtime.topicwatch import TOPIC_CHECK_S, TopicWatch
 from app.settings import Settings
 from schemas.dead_letter import DeadLetter
 
-__all__ = ["Runtime", "make_app", "quiet_failed_sends"]
+__all__ = ["Runtime", "guarded", "make_app", "quiet_failed_sends"]
 
 log = logging.getLogger("mmsync")
 
@@ -51,6 +62,25 @@ def quiet_failed_sends(loop: asyncio.AbstractEventLoop, context: dict[str, Any])
     if isinstance(context.get("future"), FutureMessage):
         return
     loop.default_exception_handler(context)
+
+
+def guarded(name: str, fun: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """``fun`` as a timer's or task's body that logs what it raises instead of raising it:
+    an exception out of a Faust timer or task stops the whole worker. Cancellation (a
+    rebalance, the worker stopping) goes through."""
+
+    @wraps(fun)
+    async def run() -> None:
+        try:
+            await fun()
+        except asyncio.CancelledError:
+            raise
+        except MmsyncError as exc:  # already described (a delivery given up, say)
+            log.error("%s: %s; it runs again at its next tick", name, exc)
+        except Exception:
+            log.exception("%s failed; it runs again at its next tick", name)
+
+    return run
 
 
 class _App(faust.App):
@@ -119,8 +149,53 @@ class Runtime:
         (for :func:`app.runtime.delivery.deliver`)."""
         self.metrics.dlq.labels(dl.error).inc()
         self.metrics.events.labels(modality, "dead_letter").inc()
-        return partial(self.topics["dlq"].send, key=dl.key, value=dl.encode(),
-                       headers={"error": dl.error.encode()})
+        return Record(self.topics["dlq"], dl.key, dl.encode(), headers={"error": dl.error.encode()})
+
+    def send_failed(self, send: Send, exc: BaseException) -> None:
+        """Count a failed try of ``send`` in ``mmsync_send_errors_total{topic,reason}``
+        (``deliver``'s ``on_failure``; deliver logs them)."""
+        topic = send.topic.rsplit(".", 1)[-1] if isinstance(send, Record) else ""
+        reason = send_error_reason(exc)
+        if topic in SEND_TOPICS:
+            self.metrics.send_errors.labels(topic, reason).inc()
+        log.debug("send to %s failed: %s %r", where(send), reason, exc)
+
+    async def known_partitions(self, topic: faust.TopicT, timeout_s: float
+                               ) -> frozenset[int] | None:
+        """The partitions of ``topic`` the worker's producer has metadata for: what a send
+        to an explicit partition may name (aiokafka asserts it does). Fetched when the
+        producer has none yet, for at most ``timeout_s`` (then ``asyncio.TimeoutError``);
+        None while the producer has not started."""
+        # Faust has no public accessor for its aiokafka producer.
+        producer = getattr(self.app.producer, "_producer", None)
+        if producer is None:
+            return None
+        name = topic.get_topic_name()
+        parts = producer.client.cluster.partitions_for_topic(name)
+        if parts is None:
+            parts = await asyncio.wait_for(producer.partitions_for(name), timeout_s)
+        return frozenset(parts)
+
+    async def topics_changed(self, remade: Sequence[str]) -> None:
+        """A topic was deleted, made again (``remade``: full names) or changed its count:
+        the producer fetches its metadata now, and the partitions this worker reads of a
+        topic made again are read from their start (app.runtime.topicwatch)."""
+        producer = getattr(self.app.producer, "_producer", None)
+        if producer is not None:
+            await producer.client.force_metadata_update()
+        consumer = self.app.consumer
+        for tp in sorted(tp for tp in consumer.assignment() if tp.topic in remade):
+            log.warning("reading %s partition %d from its start (the topic was made again)",
+                        tp.topic, tp.partition)
+            await consumer.seek(tp, 0)
+
+    def timer(self, interval_s: float, name: str, fun: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fun`` every ``interval_s`` on every worker; what it raises is logged."""
+        self.app.timer(interval_s, on_leader=False, name=name)(guarded(name, fun))
+
+    def task(self, name: str, fun: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fun`` once when the worker starts; what it raises is logged."""
+        self.app.task(on_leader=False)(guarded(name, fun))
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         if name not in self.pools:
@@ -139,7 +214,10 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         "autodiscover": False,
         "topic_replication_factor": 1,
         "topic_partitions": s.partitions,
-        "topic_allow_declare": True,
+        # ensure_topics made or checked every topic before the app exists; no leader topic
+        # (nothing runs on the leader only), so the worker uses exactly mmsync's topics
+        "topic_allow_declare": False,
+        "topic_disable_leader": True,
         "consumer_auto_offset_reset": "earliest",
         "processing_guarantee": "at_least_once",
         # Faust's 60 s defaults made a worker take 32 s to become ready on the
@@ -183,32 +261,30 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
     # Faust calls receivers as (sender, assigned, signal=...); its stub types only *args
     app.on_partitions_assigned.connect(_on_assigned)  # type: ignore[arg-type]
 
-    @app.task(on_leader=False)
     async def _quiet_failed_sends() -> None:
         asyncio.get_running_loop().set_exception_handler(quiet_failed_sends)
 
-    @app.task(on_leader=False)
-    async def _declare_topics() -> None:
-        # A topic that is only sent to does not exist until the first send on
-        # Tansu: declare every contract topic up front (docs/broker.md).
-        for t in topics.values():
-            await t.maybe_declare()
+    rt.task("mmsync.quiet_failed_sends", _quiet_failed_sends)
 
     if s.alerts and s.enabled_agents & {"text", "audio"}:
         # Alerts of modalities other than the reference need the aligner's skew estimate.
-        @app.task(on_leader=False)
         async def _follow_skew() -> None:
-            await follow(s, rt.skew_board, declare=topics["skew"].maybe_declare)
+            await follow(s, rt.skew_board)
+
+        rt.task("mmsync.follow_skew", _follow_skew)
 
     lag = LagReporter(rt.offsets, rt.metrics)
 
-    @app.timer(5.0, on_leader=False, name="mmsync.lag")
     async def _lag() -> None:
         consumer = app.consumer
         await lag.update(consumer.assignment(), consumer.highwater)
 
+    rt.timer(5.0, "mmsync.lag", _lag)
+    # topics deleted under the worker are made again; a changed count is reported
+    rt.timer(TOPIC_CHECK_S, "mmsync.topics",
+             TopicWatch(s, rt.metrics, on_change=rt.topics_changed))
+
     if s.device != "cpu":
-        @app.timer(15.0, on_leader=False, name="mmsync.gpu_memory")
         async def _gpu_memory() -> None:
             import os
 
@@ -218,6 +294,8 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
                 None, gpu_memory_bytes, os.getpid())
             if used is not None:
                 rt.metrics.gpu_memory.set(used)
+
+        rt.timer(15.0, "mmsync.gpu_memory", _gpu_memory)
 
     @app.page("/ready")
     async def _ready(web: Any, request: Any) -> Any:

@@ -14,12 +14,14 @@ import subprocess
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
+from app.kafka.clients import CONTRACT_TOPICS, INTERNAL_TOPICS
 from app.settings import MODALITIES
 from schemas.alert import KINDS
 from schemas.errors import REASONS
 
 __all__ = ["ALERT_SERIES", "ALERT_SKIP_REASONS", "CACHE_RESULTS", "DLQ_REASONS",
-           "DYNAMIC_LABELS", "OUTCOMES", "STAGES", "Metrics", "gpu_memory_bytes"]
+           "DYNAMIC_LABELS", "OUTCOMES", "SEND_ERROR_REASONS", "SEND_TOPICS", "STAGES",
+           "TOPIC_FAULTS", "TOPICS", "Metrics", "gpu_memory_bytes"]
 
 #: ``mmsync_events_total{outcome}``: the aligner's placements plus the dead-letter path.
 OUTCOMES = ("merged", "late", "duplicate", "dead_letter")
@@ -35,6 +37,17 @@ STAGES = ("queue", "decode", "model", "cache", "align",
 ALERT_SERIES = tuple((modality, kind) for kind, modality in KINDS.items())
 #: ``mmsync_alert_skipped_total{reason}``: why a frame went unscored (app.alerts.detect).
 ALERT_SKIP_REASONS = ("sampled", "off")
+#: ``mmsync_topic_faults_total{topic}``: every topic a worker uses, without the prefix.
+TOPICS = (*CONTRACT_TOPICS, *INTERNAL_TOPICS)
+#: ``mmsync_topic_faults_total{fault}`` (app.runtime.topicwatch): gone, or another count.
+TOPIC_FAULTS = ("missing", "partitions")
+#: ``mmsync_send_errors_total{topic}``: the topics a worker sends to, without the prefix.
+SEND_TOPICS = tuple(t for t in TOPICS if t not in MODALITIES)
+#: ``mmsync_send_errors_total{reason}`` (app.runtime.delivery.send_error_reason): a partition
+#: the producer's metadata does not know, a topic it has no metadata for (deleted, or not
+#: there in time), a time-out, a record over the size limit, another broker error, other.
+SEND_ERROR_REASONS = ("unknown_partition", "unknown_topic", "timeout", "too_large", "broker",
+                      "other")
 #: Families whose label values exist only at run time: the topic-partitions assigned to
 #: this worker (set by the 5 s lag timer once it owns some), and the model sessions with
 #: the provider and precision they really got (set once the models have loaded).
@@ -114,6 +127,14 @@ class Metrics:
         self.ready = Gauge("mmsync_ready",
                            "1 once the models are loaded and the worker has its partitions"
                            " (also GET /ready)", registry=r)
+        self.send_errors = Counter("mmsync_send_errors_total",
+                                   "Sends that failed (each try) or were not made (a partition"
+                                   " the metadata does not know), by topic without the prefix",
+                                   ["topic", "reason"], registry=r)
+        self.topic_faults = Counter("mmsync_topic_faults_total",
+                                    "Checks of a running worker (every 10 s) that found a topic"
+                                    " gone or with another partition count, by topic without"
+                                    " the prefix", ["topic", "fault"], registry=r)
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -137,6 +158,12 @@ class Metrics:
             self.alerts.labels(mod, kind)
         for reason in ALERT_SKIP_REASONS:
             self.alert_skipped.labels("image", reason)
+        for topic in SEND_TOPICS:
+            for reason in SEND_ERROR_REASONS:
+                self.send_errors.labels(topic, reason)
+        for topic in TOPICS:
+            for fault in TOPIC_FAULTS:
+                self.topic_faults.labels(topic, fault)
 
 
 def gpu_memory_bytes(pid: int, timeout_s: float = 5.0) -> int | None:

@@ -30,6 +30,7 @@ def run_worker(s: Settings) -> None:
 
     from agents import register_all
     from app.kafka.clients import wait_for_broker
+    from app.kafka.topics import ensure_topics
     from app.runtime.faust_app import make_app
 
     t_start = time.monotonic()
@@ -38,6 +39,9 @@ def run_worker(s: Settings) -> None:
     # Bounded retries with backoff and one clear message, instead of Faust's
     # endless reconnect loop when the broker is not there at all.
     asyncio.run(wait_for_broker(s, timeout_s=s.broker_wait_s))
+    # Every topic made or checked before any agent, timer or send starts (issue 23): a
+    # wrong partition count raises TopicConfigError, one line from the CLI, exit 1.
+    asyncio.run(ensure_topics(s))
     if "text" in s.enabled_agents:
         import jieba
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from app.alerts.detect import SkewView
 from app.errors import InvalidInputError
@@ -82,17 +81,15 @@ class SkewBoard:
         return len(self._states)
 
 
-async def follow(s: Settings, board: SkewBoard, declare: Any = None) -> None:
+async def follow(s: Settings, board: SkewBoard) -> None:
     """Read ``PREFIX.skew`` into ``board`` for as long as the worker runs.
 
-    ``declare`` (a coroutine function) makes sure the topic exists first: a consumer
-    without a group that subscribes to a missing topic would wait for its next metadata
-    refresh (minutes) to see it. Broker trouble is logged and retried, never fatal.
+    The topic exists before the worker starts (``app.kafka.topics.ensure_topics``): a
+    consumer without a group that subscribes to a missing topic would wait for its next
+    metadata refresh (minutes) to see it. Broker trouble is logged and retried, never fatal.
     """
     while True:
         try:
-            if declare is not None:
-                await declare()
             await consume(s, [s.topic("skew")], lambda m: board.on_value(m.value), poll_ms=500)
         except asyncio.CancelledError:
             raise

@@ -9,8 +9,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.kafka.clients import create_topics, wait_for_broker
+from app.kafka.clients import wait_for_broker
 from app.kafka.embedded import EmbeddedBroker
+from app.kafka.topics import ensure_topics
 from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
 
@@ -27,7 +28,7 @@ def light_worker(prefix: str, partitions: int = 4) -> Iterator[Settings]:
         s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix,
                      partitions=partitions, data_dir=Path(tmp) / "data", models="light")
         asyncio.run(wait_for_broker(s, timeout_s=20))
-        asyncio.run(create_topics(s))
+        asyncio.run(ensure_topics(s))
         proc = spawn_worker(worker_env(s), Path(tmp) / "worker.log")
         try:
             time.sleep(8)  # the worker joins its group (docs/broker.md: 7 to 10 s)

@@ -21,7 +21,8 @@ from app.clients.collect import collect
 from app.clients.moderate import Report, moderate
 from app.clients.produce import paced, publish
 from app.clients.synth import SynthSpec, synth_events
-from app.kafka.clients import consume, create_topics
+from app.kafka.clients import consume
+from app.kafka.topics import ensure_topics
 from schemas.alert import Alert
 from schemas.events import FrameEvent, TextEvent, encode_event
 from tests.helpers import chart, jpeg_of
@@ -55,7 +56,7 @@ async def _wait_ready(pipeline: Any, worker: Any, stage: str) -> None:
 async def test_a_term_from_an_extra_file_alerts_a_clean_caption_and_a_bad_record_do_not(
         pipeline, tmp_path):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker(MMSYNC_AGENTS="text,aligner", MMSYNC_TEXT_EMBEDDING="false",
                                    MMSYNC_TERMS_FILES=_terms_file(tmp_path, "zorblax"))
     await _wait_ready(pipeline, worker, "load_text")
@@ -103,7 +104,7 @@ async def test_alerts_carry_the_aligners_skew_estimate(pipeline, tmp_path):
     """Captions 400 ms late on their own clock: once the aligner's estimate reaches the
     text agent (PREFIX.skew, the skew board), the alerts put them back on the image clock."""
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     # every synthetic caption holds one of these (app/clients/synth.py)
     terms = _terms_file(tmp_path, "欢迎", "产品", "价格", "关注", "支持", "welcome", "camera",
                         "late")
@@ -142,7 +143,7 @@ async def test_a_degraded_batch_says_which_frames_went_unscored(pipeline):
     """Threshold 0: every scored frame alerts; the frames the degraded image models skipped
     are each in exactly one blind record instead. None is missed without being reported."""
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker(MMSYNC_AGENTS="image", MMSYNC_CACHE="false",
                                    MMSYNC_ALERT_NSFW="0.0", MMSYNC_DEGRADE_LAG_MS="10")
     await _wait_ready(pipeline, worker, "load_image")

@@ -14,8 +14,9 @@ import pytest
 from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
-from app.kafka.clients import create_topics, default_partition
+from app.kafka.clients import default_partition
 from app.kafka.embedded import EmbeddedBroker, free_port
+from app.kafka.topics import ensure_topics
 from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
 
@@ -115,7 +116,7 @@ async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
     log = tmp_path / "worker.log"
     worker: subprocess.Popen[bytes] | None = None
     try:
-        await create_topics(s)
+        await ensure_topics(s)
         worker = spawn_worker(env, log)
         before = SynthSpec(stream_id="before", seconds=3, seed=5)
         used = default_partition(b"before", nparts)
@@ -133,7 +134,7 @@ async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
         assert worker.poll() is None, "worker died while the broker was away"
         broker.start()  # same port; in-memory store: empty
         t_up = time.monotonic()
-        await create_topics(s)
+        await ensure_topics(s)
         recs2 = list(synth_records([SynthSpec(stream_id=sid, seconds=3, seed=6 + k)
                                     for k, sid in enumerate(after_ids)]))
         pub2 = await publish(s, recs2, progress=False)

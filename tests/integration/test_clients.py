@@ -25,7 +25,8 @@ import pytest
 import simplejpeg
 
 from app.clients.collect import collect
-from app.kafka.clients import consume, create_topics, default_partition
+from app.kafka.clients import consume, default_partition
+from app.kafka.topics import ensure_topics
 from app.settings import MODALITIES
 
 pytestmark = [
@@ -93,7 +94,7 @@ async def _features(s, total: int) -> list[tuple[bytes, int, str, int]]:
 async def test_confluent_and_aiokafka_producers_every_input_merged(pipeline, tmp_path):
     s = pipeline.settings
     n = s.partitions
-    await create_topics(s)
+    await ensure_topics(s)
     # The image (reference) modality of the mixed stream arrives from another client a
     # moment after its audio: idle_ms long enough that the aligner waits for it.
     worker = pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_IDLE_MS="6000")

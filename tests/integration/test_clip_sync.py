@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from app.clients.collect import collect
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ START = 1_700_000_000_000_000
 
 async def test_real_clip_offsets_through_produce_and_a_worker(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     pipeline.start_worker(MMSYNC_MODELS="light")
     truth = json.loads(CLIP.with_suffix(".json").read_text())["offsets"]
     r = subprocess.run(

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 from tests.integration.faults import LiveRun, metric, specs, stream_ids
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 async def test_a_new_worker_on_an_empty_models_dir_loses_nothing_of_a_running_load(
         pipeline, tmp_path):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     models = tmp_path / "models"  # nothing built: the first start of a new machine or pod
     t0 = time.monotonic()
     worker = pipeline.start_worker(MMSYNC_MODELS_DIR=str(models), MMSYNC_LOG_LEVEL="info")
@@ -52,7 +52,7 @@ async def test_a_new_worker_on_an_empty_models_dir_loses_nothing_of_a_running_lo
 
 async def test_ready_is_503_until_the_partitions_are_assigned(pipeline):
     """Up is not ready: the endpoint says what is missing until the first assignment."""
-    await create_topics(pipeline.settings)
+    await ensure_topics(pipeline.settings)
     worker = pipeline.start_worker(MMSYNC_MODELS="light")
     url = f"http://127.0.0.1:{worker.web_port}/ready"
     seen: list[tuple[int, str]] = []

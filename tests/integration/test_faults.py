@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 from app.runtime.process import stop_process
 from tests.integration.faults import LiveRun, all_emitting, metric, specs, stream_ids
 
@@ -64,7 +64,7 @@ async def _kill(proc: subprocess.Popen[bytes]) -> float:
 async def test_sigkill_of_the_only_worker(pipeline):
     """The issue's case: one worker (real models) SIGKILLed 10 s in, a fresh one 2 s later."""
     s = pipeline.settings  # 4 partitions
-    await create_topics(s)
+    await ensure_topics(s)
     first = pipeline.start_worker()
     run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:3], seconds=24))
     run.start()
@@ -108,14 +108,14 @@ async def _sigkill_one(pipeline: Any, workers: int, streams: int, seconds: float
 
 
 async def test_sigkill_of_one_of_two_workers(pipeline):
-    await create_topics(pipeline.settings)  # 4 partitions
+    await ensure_topics(pipeline.settings)  # 4 partitions
     await _sigkill_one(pipeline, 2, 4, 30, "two workers on 4 partitions, SIGKILL one")
 
 
 async def _eight_partitions(pipeline: Any) -> Any:
     pipeline.env["MMSYNC_PARTITIONS"] = "8"
     s = pipeline.settings = pipeline.settings.model_copy(update={"partitions": 8})
-    await create_topics(s)
+    await ensure_topics(s)
     return s
 
 
@@ -162,7 +162,7 @@ async def test_image_models_slow_to_load(pipeline):
     so no window closes without its frames. Before issue 29 it joined first, and
     progress marks were what kept audio and captions from closing those windows."""
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_DRILL_IMAGE_LOAD_S="10")
     run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:3], seconds=24))
     run.start()

@@ -19,7 +19,8 @@ import pytest
 
 from app.clients.collect import collect
 from app.clients.synth import SynthSpec, synth_events
-from app.kafka.clients import create_topics, make_producer
+from app.kafka.clients import make_producer
+from app.kafka.topics import ensure_topics
 from app.runtime.process import peak_rss_bytes
 from schemas.events import TextEvent, encode_event
 
@@ -216,7 +217,7 @@ class _Fuzzer:
 
 async def test_fuzz_every_bad_record_dead_lettered_every_good_one_merged(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     # The bad records slow each modality's agent by a different amount: a longer idle
     # time keeps a lagging modality holding the watermark, so its good records are
     # merged rather than late (late is also accounted, but not what is tested here).

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.features.cudalibs import cuda_problem
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ _ORT_ERRORS = ("[E:onnxruntime", "EP Error", "Failed to load library",
 async def test_cpu_only_worker_start_is_clean_and_says_what_runs(pipeline):
     if "CUDAExecutionProvider" not in ort.get_available_providers() or cuda_problem() is None:
         pytest.skip("needs onnxruntime-gpu on a machine where CUDA cannot run")
-    await create_topics(pipeline.settings)
+    await ensure_topics(pipeline.settings)
     worker = pipeline.start_worker(MMSYNC_DEVICE="auto", MMSYNC_LOG_LEVEL="info",
                                    MMSYNC_AGENTS="image")
     deadline = time.monotonic() + 240  # a first start builds the INT8 models (about 40 s)

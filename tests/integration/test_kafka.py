@@ -24,8 +24,9 @@ from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
 from app.kafka.apache import KafkaNode, metadata_brokers
-from app.kafka.clients import create_topics, make_producer
+from app.kafka.clients import make_producer
 from app.kafka.embedded import free_port
+from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from tests.integration.brokers import KAFKA_VERSION, process_group_alive
 
@@ -139,7 +140,7 @@ async def test_light_worker_on_kafka_accounts_for_every_input(kafka_pipeline):
     pl = kafka_pipeline
     s = pl.settings
     assert not s.broker_embedded and "MMSYNC_BROKER_EMBEDDED" not in os.environ
-    await create_topics(s)
+    await ensure_topics(s)
     pl.start_worker(MMSYNC_MODELS="light")
     recs = list(synth_records([SynthSpec(stream_id="k-a", seconds=3, seed=5),
                                SynthSpec(stream_id="k-b", seconds=3, seed=6)]))

@@ -14,7 +14,7 @@ import pytest
 
 from app.clients.collect import collect
 from app.clients.media import probe, video_records
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 from tests.helpers import make_video, write_srt
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ async def test_produce_video_every_frame_chunk_and_caption_aligned(pipeline, tmp
     s = pipeline.settings
     video = make_video(tmp_path / "clip", seconds=3.0, fps=15, sr=16000)
     srt = write_srt(tmp_path / "clip.srt")
-    await create_topics(s)
+    await ensure_topics(s)
     pipeline.start_worker()  # the full models, as in production: NSFW on the real JPEGs
 
     r = _cli(pipeline.env, "produce", "--video", str(video), "--srt", str(srt), "--fps", "10",

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def _value(samples, name: str, **labels: str) -> float:
 
 async def test_contract_metrics_after_a_run(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker()  # the full models: the cache is in play
     # The same media on two streams: the second one's frames come from the cache.
     # One after the other, so the second is not in the same batches as the first.

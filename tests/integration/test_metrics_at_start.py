@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 from app.runtime.metrics import DYNAMIC_LABELS
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ def test_board_metric_names_are_read_from_the_queries() -> None:
 
 async def test_every_board_query_has_a_series_right_after_start(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker(MMSYNC_MODELS="light")
     wanted = {n: q for n, q in board_metrics().items() if n not in PROMETHEUS_OWN}
     first = _sample_names(pipeline.metrics(worker))  # the first answer, before any input

@@ -22,7 +22,7 @@ from PIL import Image, ImageDraw
 
 from app.clients.collect import collect
 from app.clients.produce import paced, publish
-from app.kafka.clients import create_topics
+from app.kafka.topics import ensure_topics
 from app.runtime.process import peak_rss_bytes
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
 
@@ -72,7 +72,7 @@ def _schedule() -> list[tuple[float, str, str, bytes]]:
 
 async def test_twice_the_sustainable_rate_degrades_and_loses_nothing(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker(MMSYNC_CACHE="false", MMSYNC_BUFFER_MAX="64",
                                    MMSYNC_DEGRADE_LAG_MS="1000")
     # Ready when its models are loaded: the load stage has a sample.

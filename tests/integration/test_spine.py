@@ -14,7 +14,8 @@ import pytest
 from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
-from app.kafka.clients import consume, create_topics
+from app.kafka.clients import consume
+from app.kafka.topics import ensure_topics
 from schemas.events import TextEvent, encode_event
 
 pytestmark = pytest.mark.integration
@@ -24,7 +25,7 @@ TIMEOUT = 90
 
 async def test_multimodal_stream_every_input_accounted(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     pipeline.start_worker()
     specs = [SynthSpec(stream_id="cam-a", seconds=4, seed=3),
              SynthSpec(stream_id="cam-b", seconds=4, seed=4, sr=22050, ch=2)]
@@ -65,7 +66,7 @@ async def test_multimodal_stream_every_input_accounted(pipeline):
 
 async def test_malformed_frame_dead_lettered_with_original_bytes(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker()
     garbage = os.urandom(333)
     good = list(synth_records([SynthSpec(stream_id="g", seconds=2)]))
@@ -89,7 +90,7 @@ async def test_malformed_frame_dead_lettered_with_original_bytes(pipeline):
 
 async def test_late_and_duplicate_events(pipeline):
     s = pipeline.settings
-    await create_topics(s)
+    await ensure_topics(s)
     worker = pipeline.start_worker()
     base = 50_000_000
     first = [TextEvent(stream_id="t", ts=base + i * 300_000, seq=i, text=f"line {i}",

@@ -16,7 +16,11 @@ from app.runtime.metrics import (
     DLQ_REASONS,
     DYNAMIC_LABELS,
     OUTCOMES,
+    SEND_ERROR_REASONS,
+    SEND_TOPICS,
     STAGES,
+    TOPIC_FAULTS,
+    TOPICS,
     Metrics,
 )
 from app.settings import MODALITIES
@@ -85,6 +89,14 @@ def test_known_label_values_are_there_at_zero() -> None:
     for reason in ALERT_SKIP_REASONS:
         assert reg.get_sample_value("mmsync_alert_skipped_total",
                                     {"modality": "image", "reason": reason}) == 0
+    for topic in SEND_TOPICS:
+        for reason in SEND_ERROR_REASONS:
+            assert reg.get_sample_value("mmsync_send_errors_total",
+                                        {"topic": topic, "reason": reason}) == 0
+    for topic in TOPICS:
+        for fault in TOPIC_FAULTS:
+            assert reg.get_sample_value("mmsync_topic_faults_total",
+                                        {"topic": topic, "fault": fault}) == 0
 
 
 def test_dead_letter_reasons_are_the_ones_the_code_raises() -> None:
@@ -166,3 +178,31 @@ def test_alert_kinds_and_skip_reasons_are_the_ones_the_detector_makes():
                     reasons |= {x for x in (_str(v.body), _str(v.orelse)) if x}
     assert kinds == {kind for _, kind in ALERT_SERIES}
     assert reasons == set(ALERT_SKIP_REASONS)
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef:
+    tree = ast.parse(path.read_text())
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_send_error_reasons_are_the_ones_the_code_gives():
+    """What ``send_error_reason`` returns, and the reasons the progress marks count
+    themselves (``send_errors.labels("features", REASON)``)."""
+    fun = _function(ROOT / "app" / "runtime" / "delivery.py", "send_error_reason")
+    found = {s for n in ast.walk(fun) if isinstance(n, ast.Return) and (s := _str(n.value))}
+    topics: set[str] = set()
+    for _, call, _ in _calls():
+        if _name(call.func) == "labels" and _owner(call.func) == "send_errors":
+            if (s := _str(_arg(call, 1, "reason"))) is not None:
+                found.add(s)
+            if (s := _str(_arg(call, 0, "topic"))) is not None:
+                topics.add(s)
+    assert found == set(SEND_ERROR_REASONS)
+    assert topics <= set(SEND_TOPICS)
+
+
+def test_topic_faults_are_the_ones_the_watch_counts():
+    found = {s for _, call, _ in _calls()
+             if _name(call.func) == "labels" and _owner(call.func) == "topic_faults"
+             and (s := _str(_arg(call, 1, "fault"))) is not None}
+    assert found == set(TOPIC_FAULTS)
