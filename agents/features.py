@@ -73,14 +73,21 @@ def register(rt: Runtime, modality: str) -> None:
         async for batch in stream.take_events(s.batch_max, within=within):
             msgs = [_raw(e) for e in batch]
             m.batch_size.observe(len(msgs))
+            # A caption's alert needs only a term match: decided and sent before any
+            # model of its batch runs (issue 26), confirmed before the batch is acked.
+            early = pipeline.alert_records(modality, msgs) if alerts is not None else []
+            alerted: asyncio.Task[None] | None = None
+            if alerts is not None and early:
+                alerted = asyncio.create_task(deliver(
+                    alerts.sends(early, pipeline.degrader.level), on_failure=rt.send_failed))
             t0 = time.perf_counter()
             outs = await loop.run_in_executor(pool, pipeline.process, modality, msgs)
             m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
             level.set(pipeline.degrader.level)
-            # alerts first: their sends start before the features' (an alert waits for
-            # nothing), and all are confirmed before the batch is acked
+            # the other alerts first: their sends start before the features' (an alert
+            # waits for nothing), and all are confirmed before the batch is acked
             sends: list[Send] = (alerts.sends(outs, pipeline.degrader.level)
-                                 if alerts is not None else [])
+                                 if alerts is not None and not early else [])
             for out in outs:
                 if isinstance(out, DeadLetter):
                     sends.append(rt.dead_letter_send(out, modality))
@@ -90,6 +97,8 @@ def register(rt: Runtime, modality: str) -> None:
                     sends.append(Record(features, out.stream_id.encode(), out.encode()))
             # the batch is acked (next iteration) only once the broker has its outputs
             await deliver(sends, on_failure=rt.send_failed)
+            if alerted is not None:
+                await alerted
             for msg in msgs:
                 progress.processed(msg.partition, msg.offset)
 

@@ -180,6 +180,30 @@ class FeaturePipeline:
                 return _Failed("extract_failed", exc)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def alert_records(self, modality: str, msgs: list[RawMsg]) -> list[FeatureRecord]:
+        """What a caption's alert needs, before any model runs: each caption decoded and
+        matched against the term lists (msgpack and Aho-Corasick: tens of microseconds a
+        caption, cheap enough for the event loop), as records with only ``terms``.
+
+        Issue 26: a caption's alert waited for its batch's sentence embeddings (16-85 ms a
+        caption on these cores, behind the image models for the CPU), though a term
+        match needs none of it. Other modalities' alerts need the image models' scores:
+        nothing for them here, nor for the light profile (it matches no terms). A record
+        that does not decode is left to :meth:`process`, which dead-letters it."""
+        if modality != "text" or self.settings.models != "full":
+            return []
+        ex = self.extractor("text")
+        assert isinstance(ex, TextExtractor)
+        out: list[FeatureRecord] = []
+        for msg in msgs:
+            try:
+                ev = decode_event(modality, msg.key, msg.value, self.limits)
+            except InvalidInputError:
+                continue
+            terms = ex.matcher(ev.text) if isinstance(ev, TextEvent) and ev.text.strip() else []
+            out.append(_record(modality, msg, ev, {"terms": terms}, {}))
+        return out
+
     def process(self, modality: str, msgs: list[RawMsg]) -> list[FeatureRecord | DeadLetter]:
         """One output per input, in input order."""
         ex = self.extractor(modality)
@@ -211,17 +235,20 @@ class FeaturePipeline:
                 elif isinstance(res, Exception):
                     out[i] = dead_letter(msg, "extract_failed", f"{type(res).__name__}: {res}")
                 else:
-                    out[i] = FeatureRecord(
-                        stream_id=ev.stream_id, modality=modality, ts=ev.ts, dur=ev.duration_us,
-                        seq=ev.seq,
-                        trace_id=ev.trace_id or f"{modality}-{msg.partition}-{msg.offset}",
-                        kafka_ts_ms=msg.timestamp_ms, src_partition=msg.partition,
-                        src_offset=msg.offset, feats=res,
-                        stages={"queue": max(0.0, started - msg.timestamp_ms / 1000)
-                                if msg.timestamp_ms > 0 else 0.0,
-                                "decode": decode_s, "model": model_s, "cache": cache_s},
-                    )
+                    out[i] = _record(modality, msg, ev, res, {
+                        "queue": max(0.0, started - msg.timestamp_ms / 1000)
+                        if msg.timestamp_ms > 0 else 0.0,
+                        "decode": decode_s, "model": model_s, "cache": cache_s})
         return [o for o in out if o is not None]
+
+
+def _record(modality: str, msg: RawMsg, ev: Event, feats: dict[str, Any],
+            stages: dict[str, float]) -> FeatureRecord:
+    return FeatureRecord(
+        stream_id=ev.stream_id, modality=modality, ts=ev.ts, dur=ev.duration_us, seq=ev.seq,
+        trace_id=ev.trace_id or f"{modality}-{msg.partition}-{msg.offset}",
+        kafka_ts_ms=msg.timestamp_ms, src_partition=msg.partition, src_offset=msg.offset,
+        feats=feats, stages=stages)
 
 
 class _Failed(Exception):

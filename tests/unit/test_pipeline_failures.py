@@ -87,3 +87,22 @@ def test_reasons_are_a_closed_vocabulary():
                    detail="")
     with pytest.raises(ValueError, match="oops"):
         InvalidInputError("oops", "")
+
+
+def test_a_captions_alert_needs_no_model(tmp_path):
+    """Issue 26: the term match is made before any model of the batch runs (the
+    sentence embedding is not loaded, let alone run); a record that does not decode is
+    left to process(), which dead-letters it; frames and audio get nothing here."""
+    pipe = FeaturePipeline(Settings(data_dir=tmp_path, models="full", cache=False))
+    msgs = [raw_msg(TextEvent(stream_id="s", ts=10, text="a bomb threat here", trace_id="t0")),
+            raw_msg(TextEvent(stream_id="s", ts=20, text="the weather is fine"), offset=1),
+            raw_msg(TextEvent(stream_id="s", ts=30, text="x"), offset=2, value=b"\xc1")]
+    recs = pipe.alert_records("text", msgs)
+    assert [(r.trace_id, r.feats) for r in recs] == [
+        ("t0", {"terms": ["bomb threat"]}), ("text-0-1", {"terms": []})]
+    assert recs[0].src_offset == 0 and recs[1].src_offset == 1 and recs[0].ts == 10
+    ex = pipe.extractor("text")
+    assert getattr(ex, "_e5", "missing") is None  # the embedding was not even loaded
+    assert pipe.alert_records("image", msgs) == []
+    light = FeaturePipeline(Settings(data_dir=tmp_path, models="light"))
+    assert light.alert_records("text", msgs) == []
