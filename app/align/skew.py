@@ -73,6 +73,15 @@ _SPEECH_TAIL = 30
 #: this many dB above the usual.
 _MIN_CUT = 0.02
 _MIN_CHANGE_DB = 4.0
+#: How far one modality's features may trail another's (media time, us) with no evidence
+#: lost: the sound's levels and the frames' changes are kept this much longer than the
+#: comparison itself needs. A loaded worker's picture ran several seconds of media behind
+#: its sound (issue 29: the live clip test at 4x real time beside other work); the sound
+#: the comparison then needed had been overwritten, the estimate went uninformed for 9 s
+#: and its confidence fell to 0 there. 30 s is the aligner's own bound on waiting for a
+#: slow modality (MMSYNC_MAX_HOLD_MS's default); memory: 16 bytes per 10 ms of sound, about
+#: 65 KB per stream.
+_TRAIL_US = 30_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +151,17 @@ class StreamSkew:
         self.modalities = modalities
         seg = cfg.segment_us // BIN_US
         self._horizon_us = cfg.segment_us + 2 * cfg.max_text_skew_us + 4 * cfg.every_us
-        self._env = BinRing(self._horizon_us // BIN_US + seg)
+        #: what is kept of each signal behind its newest value, us
+        self._keep_us = self._horizon_us + _TRAIL_US
+        self._env = BinRing(self._keep_us // BIN_US + seg)
         self._sig = _Signals()
         self._est: dict[str, _Estimate] = {}
         for m in modalities:
             if m == cfg.reference:
                 continue
             self._est[m] = _Estimate(LagTracker(*cfg.lag_range(m)))
-        self._last_update = -1
+        #: the reference's and the sound's newest end at the last update, us
+        self._last_update = (-1, -1)
 
     # -- input -------------------------------------------------------------
     def observe(self, rec: FeatureRecord) -> None:
@@ -158,7 +170,7 @@ class StreamSkew:
         if rec.modality == self.cfg.reference:
             if "change" in f:
                 sig.frames.append((rec.ts, float(f["change"])))
-                while sig.frames and sig.frames[0][0] < rec.ts - self._horizon_us:
+                while sig.frames and sig.frames[0][0] < rec.ts - self._keep_us:
                     sig.frames.popleft()
         elif rec.modality == "audio" and "env" in f:
             env = unpack_array(f["env"]).astype(np.float64)
@@ -206,11 +218,16 @@ class StreamSkew:
 
     # -- estimation --------------------------------------------------------
     def maybe_update(self) -> bool:
-        """Re-estimate if the reference's media time moved ``every_us`` since the last time."""
+        """Re-estimate if the reference's or the sound's media time moved ``every_us``
+        since the last time (captions need only the sound; the sound against the picture
+        both, and whichever trails decides when it can go on)."""
         ref = self._sig.newest.get(self.cfg.reference, -1)
-        if ref < 0 or ref - self._last_update < self.cfg.every_us:
+        audio = self._sig.newest.get("audio", -1)
+        last_ref, last_audio = self._last_update
+        if ref < 0 or (ref - last_ref < self.cfg.every_us
+                       and audio - last_audio < self.cfg.every_us):
             return False
-        self._last_update = ref
+        self._last_update = (ref, audio)
         self.update()
         return True
 
@@ -221,6 +238,15 @@ class StreamSkew:
         if "audio" in self._est and audio_bin > 0:
             est = self._est["audio"]
             b = min(ref_bin, audio_bin - est.tracker.hi)
+            # Signals that arrived in a burst (one modality's features trailing the
+            # other's, then catching up) are compared stretch by stretch, every every_us,
+            # as if they had come in time: one step over the whole gap would compare only
+            # its last segment_us and leave the rest unseen (issue 29).
+            every = self.cfg.every_us // BIN_US
+            if est.done_to is not None:
+                kept = (self._keep_us - self._horizon_us) // BIN_US
+                for p in range(max(est.done_to + every, b - kept), b, every):
+                    self._step(est, p, self._audio_vs_picture)
             self._step(est, b, self._audio_vs_picture)
         if "text" in self._est and audio_bin > 0:
             self._captions(self._est["text"], audio_bin)
