@@ -43,6 +43,9 @@ class Window:
     offsets_ms: dict[str, float]
     confidence: dict[str, float]
     counts: dict[str, int]
+    #: per caption merged: (seq, ts, aligned ts, its confidence, ts less the window's text
+    #: offset: where one offset per window would put it), us on the reference clock.
+    captions: tuple[tuple[int | None, int, int, float, int], ...] = ()
 
 
 @dataclass
@@ -110,7 +113,9 @@ def replay(streams: list[StreamData], cfg: AlignerConfig | None = None,
                 stream_id=sid, start_us=start, end_us=start + cfg.window_us, emitted_s=now,
                 offsets_ms={m: aligner.offset_us(sid, m) / 1000.0 for m in mods},
                 confidence={m: aligner.confidence(sid, m) for m in mods},
-                counts=dict(counts)))
+                counts=dict(counts),
+                captions=tuple((r.seq, r.ts, ts, conf, r.ts - aligner.offset_us(sid, "text"))
+                               for r, ts, conf in aligner.caption_places(sid, win))))
 
     tick = recs[0][0] if recs else 0.0
     for arrival, rec in recs:
