@@ -53,6 +53,8 @@ __all__ = ["AddResult", "Aligner", "AlignerConfig", "StreamState"]
 _CAPTION_TIME_SCALE_US = 1_000_000.0
 #: ... and when it is known (subtitles: one shift for all)
 _CAPTION_STEADY_SCALE_US = 150_000.0
+#: a subtitle's duration is reading time, not the speech's: it weighs little
+_CAPTION_STEADY_DUR_US = 5_000_000.0
 #: How many recent seqs per stream and modality are remembered for de-duplication.
 _SEQ_MEMORY = 8192
 
@@ -279,12 +281,15 @@ class Aligner:
             cp.dirty = False
             return
         segs = speech_segments(env, first)
+        steady = cp.steady_delay()
         if self.confidence_of(st, "text") >= 0.5:  # steady captions: their offset seeds it
-            delay, scale = float(self.offset_us_of(st, "text")), _CAPTION_STEADY_SCALE_US
-        else:  # each its own delay: the middle of the band, wide
-            delay, scale = self.cfg.max_text_skew_us / 2, _CAPTION_TIME_SCALE_US
+            steady = float(self.offset_us_of(st, "text"))
+        if steady is not None:  # subtitles: one shift, durations their own (reading time)
+            delay, scale, dur = steady, _CAPTION_STEADY_SCALE_US, _CAPTION_STEADY_DUR_US
+        else:  # each its own delay: the middle of the band, wide; durations say which
+            delay, scale, dur = self.cfg.max_text_skew_us / 2, _CAPTION_TIME_SCALE_US, 250_000.0
         cp.place(segs, delay_us=delay, lo_us=-self.cfg.max_skew_us,
-                 hi_us=self.cfg.max_text_skew_us, time_scale_us=scale,
+                 hi_us=self.cfg.max_text_skew_us, time_scale_us=scale, dur_scale_us=dur,
                  audio_offset_us=skew.offset_us("audio"),
                  audio_conf=skew.confidence("audio") if "audio" in self.cfg.modalities else 1.0)
 

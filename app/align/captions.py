@@ -51,6 +51,8 @@ _MIN_RANGE_DB = 12.0
 MARGIN_SCALE = 1.5
 #: Placements remembered per stream (a caption's window closes long before this many more).
 _PLACED_MEMORY = 256
+#: Captions whose delays behind their placed speech agree this closely (us) share one.
+_STEADY_MAD_US = 60_000
 #: Confidence of a caption placed inside a segment (split from the one before).
 _SPLIT_CONF = 0.5
 
@@ -201,7 +203,8 @@ class CaptionPlacer:
         self._recent.append(_Recent(self.key(ts, seq), Cap(ts, dur)))
         self._recent.sort(key=lambda r: r.cap.ts_us)
         newest = self._recent[-1].cap.ts_us
-        self._recent = [r for r in self._recent[-self.keep:] if r.cap.ts_us >= newest - self.span_us]
+        self._recent = [r for r in self._recent[-self.keep:]
+                        if r.cap.ts_us >= newest - self.span_us]
         self.dirty = True
 
     def forget(self, key: tuple[int, int]) -> None:
@@ -214,8 +217,19 @@ class CaptionPlacer:
         return (self._recent[0].cap.ts_us - hi_us - 300_000,
                 self._recent[-1].cap.ts_us - lo_us + 300_000)
 
+    def steady_delay(self) -> float | None:
+        """The recent captions' common delay behind their placed speech, us, where they
+        share one (within ``_STEADY_MAD_US`` median absolute deviation, at least 3 of them:
+        captions that behave like subtitles); else None."""
+        d = [r.cap.ts_us - self.placed[r.key][0] for r in self._recent if r.key in self.placed]
+        if len(d) < 3:
+            return None
+        med = float(np.median(d))
+        return med if float(np.median(np.abs(np.array(d) - med))) <= _STEADY_MAD_US else None
+
     def place(self, segs: Sequence[Segment], *, delay_us: float, lo_us: float, hi_us: float,
-              time_scale_us: float, audio_offset_us: float, audio_conf: float) -> None:
+              time_scale_us: float, audio_offset_us: float, audio_conf: float,
+              dur_scale_us: float = 250_000.0) -> None:
         """Align the recent captions with ``segs`` (on the sound's clock) and record where
         each goes. Delays are on the reference clock: the segments are moved onto it by the
         sound's offset first."""
@@ -224,7 +238,8 @@ class CaptionPlacer:
             return
         ref = [Segment(s.start_us - audio_offset_us, s.end_us - audio_offset_us) for s in segs]
         got = align_captions([r.cap for r in self._recent], ref, delay_us=delay_us,
-                             lo_us=lo_us, hi_us=hi_us, time_scale_us=time_scale_us)
+                             lo_us=lo_us, hi_us=hi_us, time_scale_us=time_scale_us,
+                             dur_scale_us=dur_scale_us)
         for r, p in zip(self._recent, got, strict=True):
             if p is not None:
                 self.placed[r.key] = (round(p.speech_us), round(min(p.conf, audio_conf), 3))
