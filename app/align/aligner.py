@@ -47,14 +47,6 @@ from schemas.features import FeatureRecord
 
 __all__ = ["AddResult", "Aligner", "AlignerConfig", "StreamState"]
 
-#: A caption's start against a speech start, when the captions' offset is unsure (ASR:
-#: each its own delay), counts one unit of cost per this many us away from the typical
-#: delay (app.align.captions).
-_CAPTION_TIME_SCALE_US = 1_000_000.0
-#: ... and when it is known (subtitles: one shift for all)
-_CAPTION_STEADY_SCALE_US = 150_000.0
-#: a subtitle's duration is reading time, not the speech's: it weighs little
-_CAPTION_STEADY_DUR_US = 5_000_000.0
 #: How many recent seqs per stream and modality are remembered for de-duplication.
 _SEQ_MEMORY = 8192
 
@@ -269,9 +261,9 @@ class Aligner:
     # -- captions, each on its own speech (issue 25) ----------------------------
     def _place_captions(self, st: StreamState) -> None:
         """Align the stream's recent captions with the speech in its sound
-        (:class:`app.align.captions.CaptionPlacer`). Where the captions' offset is known
-        with confidence (subtitles), it seeds the alignment with a narrow band; else (ASR)
-        the band is every lag captions may have."""
+        (:class:`app.align.captions.CaptionPlacer`): captions known to have each their own
+        delay (ASR) are placed one by one anywhere in the band captions may lag; the rest
+        keep the stream's caption offset."""
         cp, skew = st.captions, st.skew
         span = cp.window(self.cfg.max_text_skew_us, -self.cfg.max_skew_us)
         if span is None:
@@ -281,31 +273,25 @@ class Aligner:
             cp.dirty = False
             return
         segs = speech_segments(env, first)
-        steady = cp.steady_delay()
-        if self.confidence_of(st, "text") >= 0.5:  # steady captions: their offset seeds it
-            steady = float(self.offset_us_of(st, "text"))
-        if steady is not None:  # subtitles: one shift, durations their own (reading time)
-            delay, scale, dur = steady, _CAPTION_STEADY_SCALE_US, _CAPTION_STEADY_DUR_US
-        else:  # each its own delay: the middle of the band, wide; durations say which
-            delay, scale, dur = self.cfg.max_text_skew_us / 2, _CAPTION_TIME_SCALE_US, 250_000.0
-        cp.place(segs, delay_us=delay, lo_us=-self.cfg.max_skew_us,
-                 hi_us=self.cfg.max_text_skew_us, time_scale_us=scale, dur_scale_us=dur,
+        cp.place(segs, lo_us=-self.cfg.max_skew_us, hi_us=self.cfg.max_text_skew_us,
                  audio_offset_us=skew.offset_us("audio"),
+                 heard_us=skew.newest("audio"),
+                 asr_delay_us=self.cfg.max_text_skew_us / 2,
                  audio_conf=skew.confidence("audio") if "audio" in self.cfg.modalities else 1.0)
 
     def confidence_of(self, st: StreamState, modality: str) -> float:
         return st.skew.confidence(modality) if self.cfg.correct_skew else 0.0
 
     def caption_place(self, st: StreamState, rec: FeatureRecord) -> tuple[int, float]:
-        """A caption's aligned time (reference clock, us) and its confidence: on the speech
-        it was matched to, or, where captions are steady (their offset's confidence at
-        least 0.5: subtitles) or none was found, its ts less the captions' offset."""
-        conf = self.confidence_of(st, rec.modality)
-        fallback = (max(0, rec.ts - self.offset_us_of(st, rec.modality)), conf)
-        if conf >= 0.5 or not self.cfg.correct_skew:
-            return fallback
+        """A caption's aligned time (reference clock, us) and its confidence, as the stream's
+        :class:`CaptionPlacer` last placed it; one never placed (no sound around it yet, or
+        correction off) is at its ts less the captions' offset, with that offset's
+        confidence."""
         got = st.captions.placed.get(CaptionPlacer.key(rec.ts, rec.seq))
-        return (max(0, got[0]), got[1]) if got is not None else fallback
+        if got is not None and self.cfg.correct_skew:
+            return (max(0, got[0]), got[1])
+        return (max(0, rec.ts - self.offset_us_of(st, rec.modality)),
+                self.confidence_of(st, rec.modality))
 
     def ref_ts(self, st: StreamState, rec: FeatureRecord) -> int:
         """A record's time on the reference clock, us: its ts less its modality's offset, or
