@@ -253,6 +253,13 @@ class Aligner:
                 continue  # heard only through late records: nothing of it is pending
             corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
             marks.append(corrected - self.cfg.lateness_us)
+        if (self.cfg.correct_skew and st.captions.seen < CaptionPlacer.steady_min
+                and "text" in st.pending_min):
+            # too few captions yet to tell whether each has its own delay (ASR): their
+            # speech may lie up to max_text_skew before them, so their windows wait (only
+            # for a stream's first captions; then each is placed and its window closes)
+            marks.append(st.pending_min["text"] - self.cfg.max_text_skew_us
+                         - self.cfg.lateness_us)
         return min(marks) if marks else math.inf
 
     def offset_us_of(self, st: StreamState, modality: str) -> int:

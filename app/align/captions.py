@@ -215,6 +215,9 @@ class CaptionPlacer:
     neighbours and their speech arrive, until its window closes.
     """
 
+    #: how many captions tell subtitles (one shift) from ASR (each its own delay)
+    steady_min = _STEADY_MIN
+
     def __init__(self, keep: int = 8, span_us: int = 10_000_000) -> None:
         self.keep, self.span_us = keep, span_us
         self._recent: list[_Recent] = []
@@ -223,6 +226,8 @@ class CaptionPlacer:
         self.dirty = False
         #: whether the recent captions share one shift (or are too few to tell)
         self.steady = True
+        #: captions added so far
+        self.seen = 0
 
     @staticmethod
     def key(ts: int, seq: int | None) -> tuple[int, int]:
@@ -230,6 +235,7 @@ class CaptionPlacer:
 
     def add(self, ts: int, dur: int, seq: int | None) -> None:
         self._recent.append(_Recent(self.key(ts, seq), Cap(ts, dur)))
+        self.seen += 1
         self._recent.sort(key=lambda r: r.cap.ts_us)
         newest = self._recent[-1].cap.ts_us
         self._recent = [r for r in self._recent[-self.keep:]

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.align.captions import Cap, Segment, align_captions, speech_segments
+from app.align.captions import (
+    Cap,
+    CaptionPlacer,
+    Segment,
+    align_captions,
+    one_shift,
+    speech_segments,
+)
 from schemas.aligned import AlignedWindow
 from schemas.codec import decode_map
 from scripts.benchlib.corpus.cases import select
@@ -83,6 +90,32 @@ def test_confidence_falls_where_two_segments_tie():
     (q,) = align_captions([Cap(int(2.2 * S), int(1.1 * S))], segs[:1], delay_us=1.25 * S,
                           lo_us=-1 * S, hi_us=2.5 * S)
     assert q is not None and q.conf == 1.0
+
+
+def test_one_shift_finds_subtitles_and_not_asr():
+    subs = [Cap(int((a - 0.3) * S), int(2.0 * S)) for a, _ in _SPEECH]  # 300 ms early
+    shift, share = one_shift(subs, _segs(), lo_us=-1 * S, hi_us=2.5 * S)
+    assert shift == -300_000 and share == 1.0
+    _, share = one_shift(_caps(list(range(10))), _segs(), lo_us=-1 * S, hi_us=2.5 * S)
+    assert share < 0.75
+
+
+def _placer(caps: list[Cap]) -> CaptionPlacer:
+    cp = CaptionPlacer()
+    for k, c in enumerate(caps):
+        cp.add(c.ts_us, c.dur_us, k)
+    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0)
+    return cp
+
+
+def test_placer_places_asr_captions_and_leaves_subtitles_to_the_offset():
+    asr = _caps(list(range(5, 10)))  # it keeps those within 10 s of the newest
+    cp = _placer(asr)
+    assert not cp.steady
+    assert sorted(t / S for t, _ in cp.placed.values()) == [a for a, _ in _SPEECH[5:]]
+    subs = _placer([Cap(int((a + 0.2) * S), int(2.0 * S)) for a, _ in _SPEECH[5:]])
+    assert subs.steady and not subs.placed
+    assert _placer(asr[:3]).steady  # too few to tell: the offset places them
 
 
 def test_speech_segments_from_a_level_series():
