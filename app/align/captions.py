@@ -184,7 +184,8 @@ def one_shift(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_
     shift), searched over ``lo_us``..``hi_us`` at 10 ms, each caption's miss capped at
     ``tol_us`` (a caption without speech of its own costs the same wherever the shift is);
     returns (delay us, the share of captions within ``tol_us`` of a start, among those whose
-    speech under it has been heard: before ``heard_us``)."""
+    speech under it has been heard: before ``heard_us``; 0 where fewer than
+    ``_STEADY_MIN - 1`` have been: too few to say they share one)."""
     if not caps or not segs:
         return 0.0, 0.0
     d = np.arange(lo_us, hi_us + 1, BIN_US, dtype=np.float64)
@@ -197,7 +198,7 @@ def one_shift(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_
     miss = np.where(heard, np.minimum(miss, tol_us), tol_us)
     k = int(np.argmin(miss.sum(axis=1)))
     n = int(heard[k].sum())
-    return float(d[k]), float((miss[k] < tol_us).sum() / n) if n else 0.0
+    return float(d[k]), float((miss[k] < tol_us).sum() / n) if n >= _STEADY_MIN - 1 else 0.0
 
 
 @dataclass(slots=True)
@@ -238,8 +239,11 @@ class CaptionPlacer:
         self.seen += 1
         self._recent.sort(key=lambda r: r.cap.ts_us)
         newest = self._recent[-1].cap.ts_us
-        self._recent = [r for r in self._recent[-self.keep:]
-                        if r.cap.ts_us >= newest - self.span_us]
+        # the last ``keep`` within ``span_us`` of the newest, but never fewer than it takes
+        # to tell ASR from subtitles
+        recent = self._recent[-self.keep:]
+        self._recent = [r for k, r in enumerate(recent) if r.cap.ts_us >= newest - self.span_us
+                        or k >= len(recent) - _STEADY_MIN]
         self.dirty = True
 
     def forget(self, key: tuple[int, int]) -> None:
@@ -277,7 +281,7 @@ class CaptionPlacer:
         caps = [r.cap for r in self._recent]
         heard_to = heard_us - audio_offset_us  # the sound so far, on the reference clock
         _, share = one_shift(caps, ref, lo_us=lo_us, hi_us=hi_us, heard_us=heard_to)
-        self.steady = len(caps) < _STEADY_MIN or share >= _STEADY_SHARE
+        self.steady = self.seen < _STEADY_MIN or share >= _STEADY_SHARE
         if self.steady:
             for r in self._recent:
                 self.placed.pop(r.key, None)
