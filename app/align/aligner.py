@@ -254,10 +254,11 @@ class Aligner:
             corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
             marks.append(corrected - self.cfg.lateness_us)
         if (self.cfg.correct_skew and st.captions.seen < CaptionPlacer.steady_min
-                and "text" in st.pending_min):
-            # too few captions yet to tell whether each has its own delay (ASR): their
-            # speech may lie up to max_text_skew before them, so their windows wait (only
-            # for a stream's first captions; then each is placed and its window closes)
+                and "text" in st.pending_min and self.confidence_of(st, "text") < 0.5):
+            # too few captions yet to tell whether each has its own delay (ASR), and their
+            # offset not known to hold: their speech may lie up to max_text_skew before
+            # them, so their windows wait (only for a stream's first captions; then each
+            # is placed and its window closes)
             marks.append(st.pending_min["text"] - self.cfg.max_text_skew_us
                          - self.cfg.lateness_us)
         return min(marks) if marks else math.inf
