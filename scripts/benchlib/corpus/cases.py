@@ -63,12 +63,13 @@ def _synthetic() -> list[Case]:
     cases: list[Case] = []
     deal = 0  # formats are dealt across all synthetic cases, so each kind gets a mix
 
-    def add(kind: str, n: int, extra: list[dict[str, Any]], seconds: float) -> None:
+    def add(kind: str, n: int, extra: list[dict[str, Any]], seconds: float, first: int = 1
+            ) -> None:
         nonlocal deal
         skews = _spread(n, -500, 500, seed=len(cases) + 1)
         for j in range(n):
             p = {**_formats(deal), "seconds": seconds, "audio_skew_ms": skews[j], **extra[j]}
-            cases.append(Case(name=f"{kind}-{j + 1:02d}", kind=kind, params=p,
+            cases.append(Case(name=f"{kind}-{j + first:02d}", kind=kind, params=p,
                               seed=1000 + 17 * len(cases), held_out=j % 3 == 2))
             deal += 1
 
@@ -119,6 +120,10 @@ def _synthetic() -> list[Case]:
          "visual": "speaker" if j % 3 else "card"}
         for j in range(12)
     ], seconds=40.0)
+    # issue 25: music with cuts on beats fooled the estimate only on held-out cases (locked
+    # a beat off, confidently); six more, added before any result of theirs was seen, so
+    # the tune set has some to calibrate on. Held out by the same rule.
+    add("music", 6, [{}] * 6, seconds=30.0, first=7)
     return cases
 
 
