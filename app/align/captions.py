@@ -8,25 +8,29 @@ segments in the sound (start, duration, from the level ``env``), aligned
 monotonically by dynamic time warping (dtaidistance's C implementation,
 ``dtw_ndim.warping_paths``) on two features:
 
-- time: the caption's start less the expected delay against the speech start,
-  in units of ``time_scale_us`` (wide for ASR, whose delays vary by seconds;
-  narrow when the stream's caption offset is known with confidence, as for
-  subtitles, which then seeds the alignment);
+- time: the caption's start less the typical delay against the speech start,
+  in units of ``time_scale_us`` (wide: ASR delays vary by seconds);
 - duration: the caption's duration against the segment's (an ASR caption
   lasts about as long as its words), in units of ``dur_scale_us``.
 
 The speech side is a subsequence (``psi``: free start and end), so the recent
 captions are matched to the stretch of speech they cover, and speech without a
 caption (a dropped one, or one merged into its neighbour) costs nothing at the
-ends. A caption's aligned time is the start of the segment it is matched to;
+ends (inside, it is absorbed by a neighbour's row and costs its distance). A
+caption's aligned time is the start of the segment it is matched to;
 a caption split from the one before (both matched to one segment) starts
 where the first part's duration ends.
 
 Confidence from the alignment's local margin: the best total cost of a path
 through (caption, segment) for each segment (forward plus backward cost), how
-much worse the best *other* segment is, ``1 - exp(-margin / MARGIN_SCALE)``,
-times how well the matched segment fits the caption's delay band. A caption
-whose two best segments tie gets confidence near 0.
+much worse the best *other* segment is, ``1 - exp(-margin / MARGIN_SCALE)``;
+segments outside the caption's delay band are never its own. A caption whose
+two best segments tie gets confidence near 0.
+
+Captions that share one shift (subtitles, found by :func:`one_shift`) are not
+placed here: :class:`CaptionPlacer` leaves them, and a stream's first three,
+to the stream's caption offset, which places subtitles better than the speech
+starts found in the level (docs/benchmarks.md, issue 25).
 """
 
 from __future__ import annotations
