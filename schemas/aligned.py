@@ -34,6 +34,10 @@ class AlignedWindow:
     stages: dict[str, float] = field(default_factory=dict)
     #: (modality, partition, offset) of every merged input, for accounting audits.
     sources: list[list[Any]] = field(default_factory=list)
+    #: each caption merged: trace_id, ts (as published), aligned_ts (us, reference clock:
+    #: where the aligner placed it, on its own speech), conf (0..1). Issue 25: an added key,
+    #: so readers of the earlier fields see no change.
+    captions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -56,6 +60,7 @@ class AlignedWindow:
             "emitted_at": self.emitted_at,
             "stages": self.stages,
             "sources": self.sources,
+            "captions": self.captions,
         }
 
     def encode(self) -> bytes:

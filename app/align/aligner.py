@@ -34,6 +34,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from app.align.captions import CaptionPlacer, speech_segments
 from app.align.grid import GridSpec, build_window
 from app.align.progress import IdleAfter, ProgressView
 from app.align.skew import SkewConfig, StreamSkew
@@ -115,6 +118,8 @@ class StreamState:
     inputs: dict[str, int] = field(default_factory=dict)
     #: the features partition the stream arrives on, if the caller said
     home: int | None = None
+    #: recent captions and where each was placed on its own speech (issue 25)
+    captions: CaptionPlacer = field(default_factory=CaptionPlacer)
 
 
 #: Streams forgotten after their TTL whose emitted-until is still remembered, so a very
@@ -206,6 +211,8 @@ class Aligner:
         st.pending_min[rec.modality] = min(st.pending_min.get(rec.modality, rec.ts), rec.ts)
         self._open.add(rec.stream_id)
         st.skew.observe(rec)
+        if rec.modality == "text" and self.cfg.correct_skew:
+            st.captions.add(rec.ts, rec.dur, rec.seq)
         return AddResult("merged", window_start=start)
 
     # -- output ------------------------------------------------------------
@@ -246,10 +253,60 @@ class Aligner:
                 continue  # heard only through late records: nothing of it is pending
             corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
             marks.append(corrected - self.cfg.lateness_us)
+        if (self.cfg.correct_skew and st.captions.seen < CaptionPlacer.steady_min
+                and "text" in st.pending_min and self.confidence_of(st, "text") < 0.5):
+            # too few captions yet to tell whether each has its own delay (ASR), and their
+            # offset not known to hold: their speech may lie up to max_text_skew before
+            # them, so their windows wait (only for a stream's first captions; then each
+            # is placed and its window closes)
+            marks.append(st.pending_min["text"] - self.cfg.max_text_skew_us
+                         - self.cfg.lateness_us)
         return min(marks) if marks else math.inf
 
     def offset_us_of(self, st: StreamState, modality: str) -> int:
         return st.skew.offset_us(modality) if self.cfg.correct_skew else 0
+
+    # -- captions, each on its own speech (issue 25) ----------------------------
+    def _place_captions(self, st: StreamState) -> None:
+        """Align the stream's recent captions with the speech in its sound
+        (:class:`app.align.captions.CaptionPlacer`): captions known to have each their own
+        delay (ASR) are placed one by one anywhere in the band captions may lag; the rest
+        keep the stream's caption offset."""
+        cp, skew = st.captions, st.skew
+        span = cp.window(self.cfg.max_text_skew_us, -self.cfg.max_skew_us)
+        if span is None:
+            return
+        env, first = skew.sound_level(span[0], min(span[1], skew.newest("audio")))
+        if not len(env) or np.isnan(env).mean() > 0.5:
+            cp.dirty = False
+            return
+        segs = speech_segments(env, first)
+        cp.place(segs, lo_us=-self.cfg.max_skew_us, hi_us=self.cfg.max_text_skew_us,
+                 audio_offset_us=skew.offset_us("audio"),
+                 heard_us=skew.newest("audio"),
+                 asr_delay_us=self.cfg.max_text_skew_us / 2,
+                 audio_conf=skew.confidence("audio") if "audio" in self.cfg.modalities else 1.0)
+
+    def confidence_of(self, st: StreamState, modality: str) -> float:
+        return st.skew.confidence(modality) if self.cfg.correct_skew else 0.0
+
+    def caption_place(self, st: StreamState, rec: FeatureRecord) -> tuple[int, float]:
+        """A caption's aligned time (reference clock, us) and its confidence, as the stream's
+        :class:`CaptionPlacer` last placed it; one never placed (no sound around it yet, or
+        correction off) is at its ts less the captions' offset, with that offset's
+        confidence."""
+        got = st.captions.placed.get(CaptionPlacer.key(rec.ts, rec.seq))
+        if got is not None and self.cfg.correct_skew:
+            return (max(0, got[0]), got[1])
+        return (max(0, rec.ts - self.offset_us_of(st, rec.modality)),
+                self.confidence_of(st, rec.modality))
+
+    def ref_ts(self, st: StreamState, rec: FeatureRecord) -> int:
+        """A record's time on the reference clock, us: its ts less its modality's offset, or
+        for a caption its aligned time."""
+        if rec.modality == "text":
+            return self.caption_place(st, rec)[0]
+        return max(0, rec.ts - self.offset_us_of(st, rec.modality))
 
     def poll(self, now: float, streams: Iterable[str] | None = None) -> list[
         tuple[str, int, list[FeatureRecord]]
@@ -263,7 +320,8 @@ class Aligner:
                 self._open.discard(sid)
                 continue
             if self.cfg.correct_skew:
-                st.skew.maybe_update()
+                if (st.skew.maybe_update() or st.captions.dirty) and "text" in st.pending_min:
+                    self._place_captions(st)
             wm = self.watermark(st, now)
             if wm == -math.inf:
                 continue
@@ -275,7 +333,7 @@ class Aligner:
             buckets: dict[int, list[FeatureRecord]] = {}
             keep: list[FeatureRecord] = []
             for rec in st.pending:
-                start = max(0, rec.ts - self.offset_us_of(st, rec.modality)) // W * W
+                start = self.ref_ts(st, rec) // W * W
                 # a record whose window closed since it came in (the skew
                 # estimate moved it back) joins the oldest window still open
                 start = max(start, st.closed_until)
@@ -301,8 +359,11 @@ class Aligner:
         """The end of the earliest window a pending record can fall in, us."""
         W = self.cfg.window_us
         start = min((max(0, ts - self.offset_us_of(st, m)) // W * W
-                     for m, ts in st.pending_min.items()), default=0)
-        return max(start, st.closed_until) + W
+                     for m, ts in st.pending_min.items() if m != "text"), default=None)
+        if "text" in st.pending_min:  # captions each on their own speech: look at each
+            caps = min(self.ref_ts(st, r) for r in st.pending if r.modality == "text") // W * W
+            start = caps if start is None else min(start, caps)
+        return max(start or 0, st.closed_until) + W
 
     def forget(self, stream_ids: Iterable[str]) -> None:
         """Drop the state of streams this worker no longer owns (after a rebalance)."""
@@ -340,20 +401,42 @@ class Aligner:
     def open_records(self) -> int:
         return sum(len(st.pending) for st in self.streams.values())
 
+    def caption_places(self, stream_id: str, records: Iterable[FeatureRecord]
+                       ) -> list[tuple[FeatureRecord, int, float]]:
+        """(caption, aligned ts on the reference clock, confidence) of each caption in
+        ``records``, as :meth:`poll` placed them."""
+        st = self.streams.get(stream_id)
+        out = []
+        for r in records:
+            if r.modality != "text":
+                continue
+            if st is None:
+                out.append((r, max(0, r.ts), 0.0))
+            else:
+                out.append((r, *self.caption_place(st, r)))
+        return out
+
     def window(self, stream_id: str, start: int, records: list[FeatureRecord],
                emitted_at: int) -> AlignedWindow:
         """The AlignedWindow of records :meth:`poll` closed, on the grid, with the offsets
-        and confidences of this moment; carries the stream's held image values on."""
+        and confidences of this moment; carries the stream's held image values on. Each
+        caption is placed at its aligned time (``captions``)."""
         cfg = self.cfg
         st = self.streams.get(stream_id)
         mods = cfg.modalities
         g = GridSpec(start_us=start, window_us=cfg.window_us, ticks=cfg.ticks,
                      tick_us=cfg.tick_us)
+        placed = {id(r): (ts, conf) for r, ts, conf in self.caption_places(stream_id, records)}
+        timed = [(placed[id(r)][0] if id(r) in placed else self.corrected_ts(r), r)
+                 for r in records]
+        captions = [{"trace_id": r.trace_id, "ts": r.ts, "aligned_ts": placed[id(r)][0],
+                     "conf": placed[id(r)][1]} for r in records if id(r) in placed]
         win, held = build_window(
-            stream_id, g, [(self.corrected_ts(r), r) for r in records], rate_hz=cfg.rate_hz,
+            stream_id, g, timed, rate_hz=cfg.rate_hz,
             modalities=mods, hold=st.hold if st is not None else {},
             offsets_ms={m: self.offset_us(stream_id, m) / 1000.0 for m in mods},
             confidence={m: self.confidence(stream_id, m) for m in mods}, emitted_at=emitted_at)
+        win.captions = sorted(captions, key=lambda c: c["aligned_ts"])
         if st is not None:
             st.hold = held
         return win

@@ -105,7 +105,10 @@ def audio_grid(chunks: list[Timed], g: GridSpec) -> dict[str, Any]:
 
 
 def text_grid(captions: list[Timed], g: GridSpec) -> dict[str, Any]:
-    """Caption presence per tick over its duration; tokens and terms at its start tick."""
+    """Caption presence per tick over its duration; tokens and terms at its start tick. A
+    caption's time is its aligned time (on its own speech, ``app.align.captions``); one
+    whose aligned time lies before the window (it joined the oldest open window after its
+    own was emitted) sits at the first tick."""
     T = g.ticks
     caption = [0.0] * T
     tokens: list[list[str]] = [[] for _ in range(T)]

@@ -324,6 +324,22 @@ class StreamSkew:
         # every caption before this has been compared: confidence ages from here
         est.done_to = max(est.done_to or 0, audio_bin + tr.lo - _SPEECH_TAIL)
 
+    # -- for per-caption alignment (app.align.captions) ----------------------
+    def sound_level(self, a_us: int, b_us: int) -> tuple[np.ndarray, int]:
+        """The sound's level, dB per 10 ms bin (NaN where unknown), over ``a_us``..``b_us`` on
+        its own clock, and the first bin."""
+        a = a_us // BIN_US
+        return self._env.get(a, max(a, b_us // BIN_US)), a
+
+    def caption_lag_us(self) -> float:
+        """The captions' estimated lag behind the sound (not the picture), us."""
+        est = self._est.get("text")
+        return est.offset_us if est is not None else 0.0
+
+    def newest(self, modality: str) -> int:
+        """The newest raw end time seen of ``modality``, us (-1: none)."""
+        return self._sig.newest.get(modality, -1)
+
     # -- output ------------------------------------------------------------
     def offset_us(self, modality: str) -> int:
         est = self._est.get(modality)

@@ -58,3 +58,13 @@ async def test_real_clip_offsets_through_produce_and_a_worker(pipeline):
         # (a live run on a loaded machine can have a stretch where it is not)
         assert np.median(errs) <= 40, (modality, errs)
         assert len(sure) >= len(errs) / 2 and max(sure, default=0) <= 100, (modality, sure)
+    # issue 25: every caption listed once, in the window of its aligned time or later (the
+    # oldest open one, where its own had closed), each near its speech (the srt's cue
+    # start, its shift taken off: these are subtitles)
+    caps = [c for w in out.windows for c in w["captions"]]
+    assert len(caps) == sum(w["counts"]["text"] for w in out.windows)
+    assert all(c["aligned_ts"] < w["window_end"] for w in out.windows for c in w["captions"])
+    speech = sorted(START + round(c["speech_s"] * 1e6) for c in truth["text"]["captions"])
+    errs = [min(abs(c["aligned_ts"] - t) for t in speech) / 1000 for c in caps]
+    print(f"clip captions: |aligned_ts - speech start| median {np.median(errs):.0f} ms")
+    assert np.median(errs) <= 40, errs

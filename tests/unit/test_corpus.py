@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from app.align.aligner import AlignerConfig
@@ -73,8 +74,27 @@ def test_cases_are_spread_and_a_third_is_held_out_of_every_kind():
     assert max(abs(p.get("drift_ms_per_min", 0)) for p in synth) == 60
     styles = Counter(p.get("captions", "none") for p in synth)
     assert styles["subtitles"] >= 5 and styles["asr"] >= 3
-    asr = [p["text_skew_ms"] for p in synth if p.get("captions") == "asr"]
+    asr = [p["text_skew_ms"] for p in synth if p.get("captions") == "asr" and "text_skew_ms" in p]
     assert min(asr) == 500 and max(asr) == 2000
+    # issue 25: per-caption ASR, delays drawn per caption, both languages, all held out alike
+    per_cap = [c for c in CASES if "asr_delay_s" in c.params]
+    assert len(per_cap) >= 12 and {c.params["lang"] for c in per_cap} == {"en", "zh"}
+    assert [c.name for c in per_cap if c.held_out] == ["asr-03", "asr-06", "asr-09", "asr-12"]
+    assert all(c.params["asr_delay_s"] == (0.3, 2.5) for c in per_cap)
+    assert {bool(c.params["merge"]) for c in per_cap} == {bool(c.params["split"]) for c in per_cap}
+    assert any(c.params["drop"] for c in per_cap)
+
+
+def test_asr_captions_have_each_their_own_delay_and_truth():
+    (case,) = select("all", None, ["asr-04"])  # splits
+    (st,) = build(case)
+    caps = st.truth.offsets["text"].captions
+    delays = [c.delay_ms for c in caps]
+    assert 300 <= min(delays) and max(delays) <= 2600 and np.std(delays) > 300
+    texts = [e for e in st.events if e.modality == "text"]
+    assert all(e.seq is not None and e.ts - st.truth.start_us
+               == pytest.approx((caps[e.seq].speech_s + caps[e.seq].delay_ms / 1000) * 1e6,
+                                abs=25_000) for e in texts)
 
 
 def test_the_issue_first_report_is_a_case():

@@ -153,8 +153,24 @@ def static(rng: np.random.Generator, p: dict[str, Any]) -> Content:
                    [Stretch(0.0, a, True), Stretch(a, b, False), Stretch(b, secs, True)])
 
 
+_EN = ("hello and welcome back", "look at this", "the sound is late", "thank you all",
+       "one more thing", "see you soon", "today we try the new phone", "it is on sale now",
+       "please like and follow", "let me show you", "that is all for today", "good evening")
+_ZH = ("欢迎来到直播间", "今天我们看看新产品", "这个价格非常优惠", "大家好", "请点赞关注",
+       "我们下次再见", "先看一下外观", "质量真的很好", "库存不多了", "马上开始")
+
+
+def asr(rng: np.random.Generator, p: dict[str, Any]) -> Content:
+    """Talking in one language (``lang``: en or zh), each utterance its own phrase: what the
+    per-caption ASR cases are made of (synth.py draws each caption's delay)."""
+    c = talking(rng, {**p, "visual": p.get("visual", "speaker")})
+    texts = _ZH if p.get("lang") == "zh" else _EN
+    c.phrases = [(a, b, texts[i % len(texts)]) for i, (a, b, _) in enumerate(c.phrases)]
+    return c
+
+
 KINDS: dict[str, Callable[[np.random.Generator, dict[str, Any]], Content]] = {
-    "talking": talking, "music": music, "panning": panning, "static": static,
+    "talking": talking, "music": music, "panning": panning, "static": static, "asr": asr,
 }
 
 

@@ -61,7 +61,7 @@ def _result(case: Case, out: Outputs, sent: int, wall_s: float) -> CaseResult:
     style = tr.offsets["text"].style if "text" in tr.offsets else None
     lags = {case.name: oracle(st.events, tr.start_us, tr.seconds, text_style=style)}
     wins = [(w.start_us, w.end_us, w.offsets_ms, w.confidence) for w in rep.windows]
-    return CaseResult(case, rep, score_windows(case, tr, wins, lags[case.name]), lags, wall_s)
+    return CaseResult(case, rep, score_windows(case, tr, wins, lags[case.name]), [], lags, wall_s)
 
 
 def live_clips(cases: Sequence[Case], speed: float = 1.0) -> tuple[list[CaseResult], list[float]]:

@@ -40,6 +40,23 @@ def plot_kinds(results: Sequence[CaseResult], out_dir: Path, which: str) -> list
     return paths
 
 
+def _captions(ax: plt.Axes, r: CaseResult, sid: str) -> None:
+    """Each caption at its speech's true start: its own delay (ts less that start: where
+    its ts puts it, black dot) and the delay its aligned_ts implies (ts less aligned_ts,
+    red cross; on the dot where the caption sits on its speech)."""
+    tr = r.replay.truths[sid]
+    caps = tr.offsets["text"].captions
+    pts = [(caps[seq].speech_s, (ts - tr.start_us) / 1e3 - caps[seq].speech_s * 1e3,
+            (ts - al) / 1e3) for w in r.replay.windows if w.stream_id == sid
+           for seq, ts, al, _c, _t in w.captions if seq is not None and 0 <= seq < len(caps)]
+    if not pts:
+        return
+    x, own, placed = zip(*pts, strict=True)
+    ax.scatter(x, own, s=9, color="black", zorder=3, label="caption at ts")
+    ax.scatter(x, placed, s=14, marker="x", color="tab:red", zorder=4,
+               label="at aligned_ts")
+
+
 def _plot(rows: list, results: Sequence[CaseResult], kind: str, which: str, path: Path) -> None:
     fig, axes = plt.subplots(len(rows), 2, figsize=(9, 1.9 * len(rows) + 0.6), squeeze=False,
                              sharex="row")
@@ -60,6 +77,8 @@ def _plot(rows: list, results: Sequence[CaseResult], kind: str, which: str, path
             ax.plot(t, [w.true_ms for w in sc.wins], color="black", lw=1.2, label="truth")
             ax.step(t, [w.est_ms for w in sc.wins], where="mid", color="tab:blue", lw=1.2,
                     label="estimate")
+            if sc.modality == "text":
+                _captions(ax, r, sc.stream_id)
             lag = r.oracle.get(sc.stream_id, {}).get(sc.modality)
             if lag is not None:
                 ax.axhline(lag, color="tab:purple", ls=":", lw=1, label="oracle")
@@ -77,7 +96,7 @@ def _plot(rows: list, results: Sequence[CaseResult], kind: str, which: str, path
                 ax.set_ylabel("lag ms", fontsize=7)
             if i == len(rows) - 1:
                 ax.set_xlabel("media s", fontsize=7)
-            if i == 0 and j == 0:
+            if i == 0:
                 ax.legend(fontsize=6, loc="upper right", ncol=3)
     fig.suptitle(f"corpus kind {kind}, set {which}: estimate (blue) vs truth (black), "
                  f"confidence shaded green", fontsize=9)

@@ -43,6 +43,9 @@ class Window:
     offsets_ms: dict[str, float]
     confidence: dict[str, float]
     counts: dict[str, int]
+    #: per caption merged: (seq, ts, aligned ts, its confidence, ts less the window's text
+    #: offset: where one offset per window would put it), us on the reference clock.
+    captions: tuple[tuple[int | None, int, int, float, int], ...] = ()
 
 
 @dataclass
@@ -91,6 +94,17 @@ def features(streams: list[StreamData], settings: Settings | None = None
     return [(timed[k][0], recs[k]) for k in sorted(recs)], dead
 
 
+def _caption_places(aligner: Aligner, sid: str, recs: list[FeatureRecord]
+                    ) -> list[tuple[FeatureRecord, int, float]]:
+    """Each caption's place as the aligner gives it; an aligner from before issue 25 (the
+    "before" figures of docs/benchmarks.md) places it at ts less the text offset."""
+    places = getattr(aligner, "caption_places", None)
+    if places is not None:
+        return list(places(sid, recs))
+    off, conf = aligner.offset_us(sid, "text"), aligner.confidence(sid, "text")
+    return [(r, r.ts - off, conf) for r in recs if r.modality == "text"]
+
+
 def replay(streams: list[StreamData], cfg: AlignerConfig | None = None,
            settings: Settings | None = None) -> Replay:
     """Replay ``streams`` together; every emitted window with its offsets and confidence."""
@@ -110,7 +124,9 @@ def replay(streams: list[StreamData], cfg: AlignerConfig | None = None,
                 stream_id=sid, start_us=start, end_us=start + cfg.window_us, emitted_s=now,
                 offsets_ms={m: aligner.offset_us(sid, m) / 1000.0 for m in mods},
                 confidence={m: aligner.confidence(sid, m) for m in mods},
-                counts=dict(counts)))
+                counts=dict(counts),
+                captions=tuple((r.seq, r.ts, ts, conf, r.ts - aligner.offset_us(sid, "text"))
+                               for r, ts, conf in _caption_places(aligner, sid, win))))
 
     tick = recs[0][0] if recs else 0.0
     for arrival, rec in recs:

@@ -12,11 +12,15 @@ from scripts.benchlib.corpus.cases import Case
 from scripts.benchlib.corpus.oracle import oracle
 from scripts.benchlib.corpus.replay import Replay, replay
 from scripts.benchlib.corpus.score import (
+    CAPTION_GOALS,
     GOALS,
     QUIET_GRACE_S,
     WARMUP_S,
+    CapScore,
     Scored,
+    format_caption_table,
     format_table,
+    score_captions,
     score_windows,
 )
 
@@ -28,6 +32,8 @@ class CaseResult:
     case: Case
     replay: Replay
     scored: list[Scored]
+    #: every caption merged, scored on its own (issue 25)
+    captions: list[CapScore]
     #: stream_id -> modality -> the oracle's lag, ms
     oracle: dict[str, dict[str, float | None]]
     wall_s: float
@@ -40,6 +46,7 @@ def run_case(case: Case, cfg: AlignerConfig | None = None, *, with_oracle: bool 
     rep = replay(streams, cfg)
     lags: dict[str, dict[str, float | None]] = {}
     scored: list[Scored] = []
+    caps: list[CapScore] = []
     for st in streams:
         tr = st.truth
         if with_oracle:
@@ -48,7 +55,9 @@ def run_case(case: Case, cfg: AlignerConfig | None = None, *, with_oracle: bool 
         wins = [(w.start_us, w.end_us, w.offsets_ms, w.confidence)
                 for w in rep.windows if w.stream_id == tr.stream_id]
         scored += score_windows(case, tr, wins, lags.get(tr.stream_id))
-    return CaseResult(case, rep, scored, lags, time.perf_counter() - t0)
+        caps += score_captions(case, tr, (c for w in rep.windows if w.stream_id == tr.stream_id
+                                          for c in w.captions))
+    return CaseResult(case, rep, scored, caps, lags, time.perf_counter() - t0)
 
 
 def run_cases(cases: Sequence[Case], cfg: AlignerConfig | None = None, *,
@@ -101,7 +110,13 @@ def print_report(results: Sequence[CaseResult], which: str, cfg: AlignerConfig,
         out(f"-- set {name}: {len(rs)} cases")
         for line in format_table([s for r in rs for s in r.scored]):
             out(line)
+        out(f"-- set {name}: per caption, |aligned_ts - the start of its speech| ms; c>=.5: "
+            f"share at conf >= 0.5, c-p95 their p95; 1-off: ts less the window's text offset "
+            f"(one offset per window, as before issue 25)")
+        for line in format_caption_table([c for r in rs for c in r.captions]):
+            out(line)
     out(GOALS)
+    out(CAPTION_GOALS)
     lost = sum(r.replay.outcomes["late"] + r.replay.outcomes["dead"] for r in results)
     total = sum(r.replay.events for r in results)
     cpu = sum(r.replay.cpu_s for r in results)

@@ -25,8 +25,9 @@ import numpy as np
 from scripts.benchlib.corpus.cases import Case
 from scripts.benchlib.corpus.truth import StreamTruth
 
-__all__ = ["GOALS", "QUIET_GRACE_S", "WARMUP_S", "Scored", "WinScore", "format_table",
-           "label_of", "score_windows", "summarise"]
+__all__ = ["CAPTION_GOALS", "GOALS", "QUIET_GRACE_S", "WARMUP_S", "CapScore", "Scored",
+           "WinScore", "format_caption_table", "format_table", "label_of", "score_captions",
+           "score_windows", "summarise"]
 
 #: Media seconds before errors count (the issue's goals are "after 10 s of media").
 WARMUP_S = 10.0
@@ -215,4 +216,71 @@ def format_table(scored: Sequence[Scored]) -> list[str]:
             [s for s in scored if s.case.kind == kind and s.label == label], kind, label)))
     for label in sorted({s.label for s in scored}):
         lines.append(format_row(summarise([s for s in scored if s.label == label], "ALL", label)))
+    return lines
+
+
+# -- per caption (issue 25) -----------------------------------------------------
+CAPTION_GOALS = ("goals (issue 25, held-out): ASR captions |aligned_ts - their speech's start| "
+                 "median <= 40 ms, p95 <= 150 ms, >= 80% at conf >= 0.5 with p95 <= 100 ms; "
+                 "subtitles median <= 12 ms")
+
+
+@dataclass(frozen=True)
+class CapScore:
+    kind: str
+    label: str
+    #: |aligned_ts - truth|, |ts - window text offset - truth|, ms; the caption's conf
+    err: float
+    today: float
+    conf: float
+
+
+def score_captions(case: Case, truth: StreamTruth,
+                   captions: Iterable[tuple[int | None, int, int, float, int]]) -> list[CapScore]:
+    """Each caption (seq, ts, aligned ts, conf, offset-placed ts) against the start of the
+    speech it belongs to (truth captions[seq], on the reference clock)."""
+    off = truth.offsets.get("text")
+    if off is None or not off.captions:
+        return []
+    label = label_of(truth, "text")
+    out = []
+    for seq, _ts, aligned, conf, today in captions:
+        if seq is None or not 0 <= seq < len(off.captions):
+            continue
+        t = truth.start_us + off.captions[seq].speech_s * 1e6
+        out.append(CapScore(case.kind, label, abs(aligned - t) / 1000, abs(today - t) / 1000,
+                            conf))
+    return out
+
+
+CAP_HEADER = (f"{'kind':9}{'captions':16}{'n':>5}{'med':>6}{'p95':>6}{'max':>7}{'c>=.5':>7}"
+              f"{'c-p95':>7}{'|':>3}{'1-off med':>10}{'p95':>6}  misses")
+
+
+def format_caption_table(scores: Sequence[CapScore]) -> list[str]:
+    """Per (kind, caption style), then per style over every kind: aligned_ts errors, their
+    confidence, and beside them one offset per window (today's placement)."""
+    lines = [CAP_HEADER]
+
+    def row(kind: str, label: str, ss: Sequence[CapScore]) -> str:
+        e = [s.err for s in ss]
+        sure = [s.err for s in ss if s.conf >= 0.5]
+        share = len(sure) / len(e) if e else float("nan")
+        med, p95, cp95 = _pct(e, 50), _pct(e, 95), _pct(sure, 95)
+        miss = []
+        if label.endswith("asr"):
+            miss += [n for n, ok in (("median", med <= 40), ("p95", p95 <= 150),
+                                     ("share", share >= 0.8), ("conf-p95", cp95 <= 100))
+                     if not ok]
+        elif label.endswith("subtitles") and not med <= 12:
+            miss.append("median")
+        return (f"{kind:9}{label:16}{len(e):>5}{_f(med):>6}{_f(p95):>6}{_f(max(e, default=0)):>7}"
+                f"{_f(100 * share) + '%':>7}{_f(cp95):>7}{'|':>3}"
+                f"{_f(_pct([s.today for s in ss], 50)):>10}{_f(_pct([s.today for s in ss], 95)):>6}"
+                f"  {' '.join(miss) or 'ok'}")
+
+    for kind, label in sorted({(s.kind, s.label) for s in scores}):
+        lines.append(row(kind, label, [s for s in scores if (s.kind, s.label) == (kind, label)]))
+    for label in sorted({s.label for s in scores}):
+        lines.append(row("ALL", label, [s for s in scores if s.label == label]))
     return lines

@@ -109,6 +109,54 @@ def _text(c: Content, off: Offset, p: dict[str, Any], sid: str, rng: np.random.G
     return out
 
 
+def _asr_events(c: Content, p: dict[str, Any], sid: str, rng: np.random.Generator, start: int
+                ) -> tuple[Offset, list[Event]]:
+    """ASR captions as a recogniser makes them: each caption's delay drawn on its own from
+    ``asr_delay_s`` (lo, hi), in publishing order (a caption never comes before the one
+    it follows); some merge two utterances (``merge``: the share), some split one in two
+    (``split``: the second part's speech starts where its words do, inside the utterance),
+    some are never published (``drop``). A caption's truth is the start of the speech it
+    belongs to; ``seq`` is its index in the truth's captions."""
+    lo, hi = p["asr_delay_s"]
+    pieces: list[tuple[float, float, str]] = []  # (speech start s, speech end s, text)
+    i, ph = 0, c.phrases
+    while i < len(ph):
+        a, b, txt = ph[i]
+        u = rng.random()
+        if u < p.get("merge", 0.0) and i + 1 < len(ph):
+            pieces.append((a, ph[i + 1][1], f"{txt} {ph[i + 1][2]}"))
+            i += 2
+            continue
+        if u < p.get("merge", 0.0) + p.get("split", 0.0) and b - a > 1.2:
+            cut = a + (b - a) * rng.uniform(0.4, 0.6)
+            half = max(1, len(txt) // 2)
+            pieces += [(a, cut, txt[:half]), (cut, b, txt[half:])]
+        else:
+            pieces.append((a, b, txt))
+        i += 1
+    caps: list[Caption] = []
+    events: list[Event] = []
+    last = -1.0
+    for a, b, txt in pieces:
+        delay = rng.uniform(lo, hi)
+        shown = max(a + delay, last + 0.1)  # in order: a caption waits for the one before
+        dropped = rng.random() < p.get("drop", 0.0)
+        if dropped:
+            continue
+        last = shown
+        seq = len(caps)
+        caps.append(Caption(speech_s=a, delay_ms=(shown - a) * 1000, text=txt))
+        if rng.random() < p.get("dropout", 0.0):
+            continue
+        ts = start + int(shown * 1e6) + _jitter(rng, p["jitter_ms"])
+        dur = b - a + rng.uniform(0.0, 0.3)
+        events.append(TextEvent(stream_id=sid, ts=max(0, ts), seq=seq, text=txt,
+                                dur=int(dur * 1e6), lang=str(p.get("lang", "en")),
+                                trace_id=f"{sid}:text:{seq}"))
+    skew = float(np.median([cap.delay_ms for cap in caps])) if caps else 0.0
+    return Offset(skew_ms=skew, style="asr", captions=tuple(caps)), events
+
+
 def synth_stream(kind: str, p: dict[str, Any], seed: int, stream_id: str) -> StreamData:
     """One synthetic stream of ``kind`` with parameters ``p`` (see ``cases.py``)."""
     c = content_of(kind, seed, p)
@@ -116,9 +164,14 @@ def synth_stream(kind: str, p: dict[str, Any], seed: int, stream_id: str) -> Str
     start = int(p.get("start_us", START_US))
     audio_off = Offset(skew_ms=float(p["audio_skew_ms"]),
                        drift_ms_per_min=float(p.get("drift_ms_per_min", 0.0)))
-    text_off = _captions(c, p, rng)
-    events = (_frames(c, p, stream_id, rng, start) + _audio(c, p, stream_id, rng, start, audio_off)
-              + (_text(c, text_off, p, stream_id, rng, start) if text_off else []))
+    per_caption = "asr_delay_s" in p  # per-caption ASR (issue 25)
+    text_off = None if per_caption else _captions(c, p, rng)  # rng order as before
+    events = _frames(c, p, stream_id, rng, start) + _audio(c, p, stream_id, rng, start, audio_off)
+    if per_caption:
+        text_off, text = _asr_events(c, p, stream_id, rng, start)
+        events += text
+    elif text_off:
+        events += _text(c, text_off, p, stream_id, rng, start)
     order = {"image": 0, "audio": 1, "text": 2}
     events.sort(key=lambda e: (e.ts, order[e.modality]))
     offsets = {"audio": audio_off} | ({"text": text_off} if text_off else {})

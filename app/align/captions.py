@@ -1,0 +1,300 @@
+"""Per-caption alignment: each caption placed on the speech it belongs to (pure: numpy and
+dtaidistance).
+
+One offset per window cannot place ASR captions: each trails its speech by its
+own delay (0.3 to 2.5 s). What places them is the order and the shape of both
+sequences: the recent captions (start, duration) against the recent speech
+segments in the sound (start, duration, from the level ``env``), aligned
+monotonically by dynamic time warping (dtaidistance's C implementation,
+``dtw_ndim.warping_paths``) on two features:
+
+- time: the caption's start less the typical delay against the speech start,
+  in units of ``time_scale_us`` (wide: ASR delays vary by seconds);
+- duration: the caption's duration against the segment's (an ASR caption
+  lasts about as long as its words), in units of ``dur_scale_us``.
+
+The speech side is a subsequence (``psi``: free start and end), so the recent
+captions are matched to the stretch of speech they cover, and speech without a
+caption (a dropped one, or one merged into its neighbour) costs nothing at the
+ends (inside, it is absorbed by a neighbour's row and costs its distance). A
+caption's aligned time is the start of the segment it is matched to;
+a caption split from the one before (both matched to one segment) starts
+where the first part's duration ends.
+
+Confidence from the alignment's local margin: the best total cost of a path
+through (caption, segment) for each segment (forward plus backward cost), how
+much worse the best *other* segment is, ``1 - exp(-margin / MARGIN_SCALE)``;
+segments outside the caption's delay band are never its own. A caption whose
+two best segments tie gets confidence near 0.
+
+Captions that share one shift (subtitles, found by :func:`one_shift`) are not
+placed here: :class:`CaptionPlacer` leaves them, and a stream's first three,
+to the stream's caption offset, which places subtitles better than the speech
+starts found in the level (docs/benchmarks.md, issue 25).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from dtaidistance import dtw_ndim
+
+from app.align.lag import BIN_US
+
+__all__ = ["Cap", "CaptionPlacer", "Placed", "Segment", "align_captions", "one_shift",
+           "speech_segments"]
+
+#: Speech segments: dips between syllables shorter than this are bridged, runs shorter
+#: than that dropped (10 ms bins), and the level must span this much, dB.
+_BRIDGE_BINS = 25
+_MIN_BINS = 15
+_MIN_RANGE_DB = 12.0
+#: Margin (squared feature units) at which confidence reaches 1 - 1/e.
+MARGIN_SCALE = 1.5
+#: Placements remembered per stream (a caption's window closes long before this many more).
+_PLACED_MEMORY = 256
+#: A caption fits a shift when its start lies this close to a speech start under it, us ...
+_SHIFT_TOL_US = 80_000
+#: ... and captions share one shift (subtitles) when this share of at least _STEADY_MIN fit.
+_STEADY_SHARE = 0.75
+_STEADY_MIN = 4
+#: Confidence of a caption placed inside a segment (split from the one before).
+_SPLIT_CONF = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A stretch of speech in the sound, us on the sound's clock."""
+
+    start_us: float
+    end_us: float
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """A caption: its start on the text clock and its duration, us."""
+
+    ts_us: int
+    dur_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a caption's speech starts, us on the sound's clock, and how sure (0..1)."""
+
+    speech_us: float
+    conf: float
+    segment: int
+
+
+def speech_segments(env_db: np.ndarray, first_bin: int) -> list[Segment]:
+    """Utterances in a level series (dB per 10 ms bin from ``first_bin``, NaN unknown): runs
+    of bins louder than half-way (in dB) between the quiet (10th percentile) and the loud
+    (95th), with dips shorter than ``_BRIDGE_BINS`` bridged (the gaps between syllables)
+    and runs shorter than ``_MIN_BINS`` dropped. A stretch with less than ``_MIN_RANGE_DB``
+    between quiet and loud has no speech to find."""
+    e = np.asarray(env_db, dtype=np.float64)
+    known = np.isfinite(e)
+    if known.sum() < 10:
+        return []
+    lo, hi = np.percentile(e[known], [10, 95])
+    if hi - lo < _MIN_RANGE_DB:
+        return []
+    loud = np.where(known, e > (lo + hi) / 2, False)
+    edges = np.diff(np.concatenate(([0], loud.astype(np.int8), [0])))
+    runs = list(zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True))
+    merged: list[list[int]] = []
+    for a, b in runs:
+        if merged and a - merged[-1][1] < _BRIDGE_BINS:
+            merged[-1][1] = int(b)
+        else:
+            merged.append([int(a), int(b)])
+    return [Segment((first_bin + a) * BIN_US, (first_bin + b) * BIN_US)
+            for a, b in merged if b - a >= _MIN_BINS]
+
+
+def _features(caps: Sequence[Cap], segs: Sequence[Segment], delay_us: float, time_scale: float,
+              dur_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    # the caption's duration runs up to 300 ms past its words (ASR): its middle is matched
+    a = np.array([[(c.ts_us - delay_us) / time_scale, (c.dur_us - 150_000) / dur_scale]
+                  for c in caps], dtype=np.float64)
+    b = np.array([[s.start_us / time_scale, s.dur_us / dur_scale] for s in segs],
+                 dtype=np.float64)
+    return a, b
+
+
+def _paths(a: np.ndarray, b: np.ndarray, penalty: float) -> np.ndarray:
+    """Accumulated squared cost (n+1 x m+1), the speech side's start and end free."""
+    m = len(b)
+    _, p = dtw_ndim.warping_paths(a, b, use_c=True, psi=(0, 0, m, m), psi_neg=False,
+                                  penalty=penalty)
+    return np.square(p)
+
+
+def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: float,
+                   lo_us: float, hi_us: float, time_scale_us: float = 1_000_000.0,
+                   dur_scale_us: float = 250_000.0, penalty: float = 0.5) -> list[Placed | None]:
+    """Place each caption (in order) on a speech segment (in order), monotonically.
+
+    ``delay_us``: the expected delay of a caption behind its speech; ``lo_us``..``hi_us``:
+    the delays allowed (a segment outside them is never a caption's own). Returns one
+    :class:`Placed` per caption, None where no segment lies in its band.
+    """
+    n, m = len(caps), len(segs)
+    if n == 0:
+        return []
+    if m == 0:
+        return [None] * n
+    a, b = _features(caps, segs, delay_us, time_scale_us, dur_scale_us)
+    fwd = _paths(a, b, penalty)[1:, 1:]
+    bwd = _paths(a[::-1].copy(), b[::-1].copy(), penalty)[1:, 1:][::-1, ::-1]
+    local = np.square(a[:, None, :] - b[None, :, :]).sum(axis=2)
+    total = fwd + bwd - local  # the best path's cost through each cell
+    delays = np.array([[c.ts_us - s.start_us for s in segs] for c in caps])
+    total = np.where((delays >= lo_us) & (delays <= hi_us), total, np.inf)
+    out: list[Placed | None] = []
+    for i in range(n):
+        row = total[i]
+        j = int(np.argmin(row))
+        if not math.isfinite(row[j]):
+            out.append(None)
+            continue
+        rest = np.delete(row, j)
+        margin = float(rest.min() - row[j]) if len(rest) else math.inf
+        conf = 1.0 - math.exp(-margin / MARGIN_SCALE) if math.isfinite(margin) else 1.0
+        out.append(Placed(speech_us=segs[j].start_us, conf=conf, segment=j))
+    # two captions on one segment: the later one was split from the earlier, and its
+    # words start where the earlier caption's end (its duration, less its tail)
+    for i in range(1, n):
+        prev, cur = out[i - 1], out[i]
+        if prev is not None and cur is not None and cur.segment == prev.segment:
+            at = prev.speech_us + max(0.0, caps[i - 1].dur_us - 150_000)
+            out[i] = Placed(speech_us=min(at, segs[cur.segment].end_us),
+                            conf=min(cur.conf, _SPLIT_CONF), segment=cur.segment)
+    return out
+
+
+def one_shift(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_us: float,
+              tol_us: float = _SHIFT_TOL_US, heard_us: float = math.inf
+              ) -> tuple[float, float]:
+    """The one delay that puts the most captions on a speech start (subtitles: a constant
+    shift), searched over ``lo_us``..``hi_us`` at 10 ms, each caption's miss capped at
+    ``tol_us`` (a caption without speech of its own costs the same wherever the shift is);
+    returns (delay us, the share of captions within ``tol_us`` of a start, among those whose
+    speech under it has been heard: before ``heard_us``; 0 where fewer than
+    ``_STEADY_MIN - 1`` have been: too few to say they share one)."""
+    if not caps or not segs:
+        return 0.0, 0.0
+    d = np.arange(lo_us, hi_us + 1, BIN_US, dtype=np.float64)
+    ts = np.array([c.ts_us for c in caps], dtype=np.float64)
+    starts = np.array([s.start_us for s in segs], dtype=np.float64)
+    # miss[k, i]: caption i's distance to its nearest start under delay k
+    at = ts[None, :] - d[:, None]
+    miss = np.abs(at[:, :, None] - starts[None, None, :]).min(axis=2)
+    heard = at + tol_us < heard_us
+    miss = np.where(heard, np.minimum(miss, tol_us), tol_us)
+    k = int(np.argmin(miss.sum(axis=1)))
+    n = int(heard[k].sum())
+    return float(d[k]), float((miss[k] < tol_us).sum() / n) if n >= _STEADY_MIN - 1 else 0.0
+
+
+@dataclass(slots=True)
+class _Recent:
+    key: tuple[int, int]
+    cap: Cap
+
+
+class CaptionPlacer:
+    """One stream's recent captions and where each was last placed (reference clock, us).
+
+    The aligner adds every caption it merges and calls :meth:`place` before it buckets
+    records: the last ``keep`` captions (within ``span_us`` of the newest) are aligned
+    afresh against the speech the sound holds now, so a caption's place improves as its
+    neighbours and their speech arrive, until its window closes.
+    """
+
+    #: how many captions tell subtitles (one shift) from ASR (each its own delay)
+    steady_min = _STEADY_MIN
+
+    def __init__(self, keep: int = 8, span_us: int = 10_000_000) -> None:
+        self.keep, self.span_us = keep, span_us
+        self._recent: list[_Recent] = []
+        #: key -> (aligned ts on the reference clock, us; confidence)
+        self.placed: dict[tuple[int, int], tuple[int, float]] = {}
+        self.dirty = False
+        #: whether the recent captions share one shift (or are too few to tell)
+        self.steady = True
+        #: captions added so far
+        self.seen = 0
+
+    @staticmethod
+    def key(ts: int, seq: int | None) -> tuple[int, int]:
+        return (ts, -1 if seq is None else seq)
+
+    def add(self, ts: int, dur: int, seq: int | None) -> None:
+        self._recent.append(_Recent(self.key(ts, seq), Cap(ts, dur)))
+        self.seen += 1
+        self._recent.sort(key=lambda r: r.cap.ts_us)
+        newest = self._recent[-1].cap.ts_us
+        # the last ``keep`` within ``span_us`` of the newest, but never fewer than it takes
+        # to tell ASR from subtitles
+        recent = self._recent[-self.keep:]
+        self._recent = [r for k, r in enumerate(recent) if r.cap.ts_us >= newest - self.span_us
+                        or k >= len(recent) - _STEADY_MIN]
+        self.dirty = True
+
+    def forget(self, key: tuple[int, int]) -> None:
+        self.placed.pop(key, None)
+
+    def window(self, hi_us: int, lo_us: int) -> tuple[int, int] | None:
+        """The span of the sound (us, its clock) the recent captions' speech may lie in."""
+        if not self._recent:
+            return None
+        return (self._recent[0].cap.ts_us - hi_us - 300_000,
+                self._recent[-1].cap.ts_us - lo_us + 300_000)
+
+    def place(self, segs: Sequence[Segment], *, lo_us: float, hi_us: float,
+              audio_offset_us: float, audio_conf: float, heard_us: float = math.inf,
+              asr_delay_us: float = 1_250_000.0,
+              asr_time_scale_us: float = 1_000_000.0, asr_dur_scale_us: float = 250_000.0) -> None:
+        """Align the recent captions with ``segs`` (on the sound's clock) and record where
+        each goes, on the reference clock (the segments are moved onto it by the sound's
+        offset first; delays are the captions' behind the picture).
+
+        Captions are placed one by one only once they are known not to share one shift:
+        at least ``_STEADY_MIN`` of them heard and :func:`one_shift` fitting fewer than
+        ``_STEADY_SHARE`` (ASR: each its own delay; :func:`align_captions`, wide around
+        ``asr_delay_us``, none before its speech). Captions that share one (subtitles), or
+        too few to tell, are left to the stream's caption offset (``placed`` drops them;
+        the aligner places them by that offset). Measured on the tune set: speech starts
+        found in the level were later and less steady than the offset the lag tracker finds
+        for subtitles, and placing the first three captions of a stream one by one put
+        subtitles' p95 from 0.5 s to 1.3 s (ASR's first three cost them less).
+        ``heard_us``: how far the sound has come (its clock): speech past it is unknown."""
+        self.dirty = False
+        if not self._recent or not segs:
+            return
+        ref = [Segment(s.start_us - audio_offset_us, s.end_us - audio_offset_us) for s in segs]
+        caps = [r.cap for r in self._recent]
+        heard_to = heard_us - audio_offset_us  # the sound so far, on the reference clock
+        _, share = one_shift(caps, ref, lo_us=lo_us, hi_us=hi_us, heard_us=heard_to)
+        self.steady = self.seen < _STEADY_MIN or share >= _STEADY_SHARE
+        if self.steady:
+            for r in self._recent:
+                self.placed.pop(r.key, None)
+            return
+        got = align_captions(caps, ref, delay_us=asr_delay_us, lo_us=max(0.0, lo_us),
+                             hi_us=hi_us,
+                             time_scale_us=asr_time_scale_us, dur_scale_us=asr_dur_scale_us)
+        for r, p in zip(self._recent, got, strict=True):
+            if p is not None:
+                self.placed[r.key] = (round(p.speech_us), round(min(p.conf, audio_conf), 3))
+        while len(self.placed) > _PLACED_MEMORY:  # the oldest go first (insertion order)
+            del self.placed[next(iter(self.placed))]
