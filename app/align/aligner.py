@@ -253,12 +253,18 @@ class Aligner:
                 continue  # heard only through late records: nothing of it is pending
             corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
             marks.append(corrected - self.cfg.lateness_us)
+        ref_newest = st.newest.get(ref)
         if (self.cfg.correct_skew and st.captions.seen < CaptionPlacer.steady_min
-                and "text" in st.pending_min and self.confidence_of(st, "text") < 0.5):
+                and "text" in st.pending_min and self.confidence_of(st, "text") < 0.5
+                and ref_active and ref_newest is not None
+                and ref_newest - st.pending_min["text"] < 2 * self.cfg.max_text_skew_us):
             # too few captions yet to tell whether each has its own delay (ASR), and their
             # offset not known to hold: their speech may lie up to max_text_skew before
             # them, so their windows wait (only for a stream's first captions; then each
-            # is placed and its window closes)
+            # is placed and its window closes). Bounded: never once the picture has run
+            # 2 x max_text_skew past the earliest of them, nor while the picture is idle
+            # (a stream with fewer captions than that, or one that ended, held every
+            # window after its first caption for ever: the demo emitted none)
             marks.append(st.pending_min["text"] - self.cfg.max_text_skew_us
                          - self.cfg.lateness_us)
         return min(marks) if marks else math.inf
