@@ -120,8 +120,19 @@ def _pipeline(url: str, embedded: bool, tmp_path: Path) -> Iterator[Pipeline]:
 
 
 @pytest.fixture
-def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
-    yield from _pipeline(broker.url, True, tmp_path)
+def pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pipeline]:
+    """A fresh topic prefix and worker settings on a session broker: the embedded one
+    (Tansu, with its workarounds) unless parametrized indirectly with a Kafka node
+    fixture's name, ``"kafka"`` (production's configuration) or ``"kafka_defaults"``
+    (Kafka's own defaults), which run with no embedded-broker workaround
+    (``tests.integration.brokers.ON_KAFKA``)."""
+    which = getattr(request, "param", "tansu")
+    if which == "tansu":
+        broker: EmbeddedBroker = request.getfixturevalue("broker")
+        yield from _pipeline(broker.url, True, tmp_path)
+    else:
+        node: KafkaNode = request.getfixturevalue(which)
+        yield from _pipeline(node.url, False, tmp_path)
 
 
 @pytest.fixture
