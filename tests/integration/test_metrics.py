@@ -13,6 +13,7 @@ from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
 from app.kafka.topics import ensure_topics
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +33,7 @@ def _value(samples, name: str, **labels: str) -> float:
                                                            for k, x in labels.items()))
 
 
+@ON_BOTH
 async def test_contract_metrics_after_a_run(pipeline):
     s = pipeline.settings
     await ensure_topics(s)
