@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -175,18 +176,23 @@ async def test_kcat_produces_captions_and_reads_the_windows_on_kafka(pipeline, t
     (docs/broker.md)."""
     s = pipeline.settings
     await ensure_topics(s)
-    worker = pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_AGENTS="text,aligner")
+    # every agent, not just text: the aligner holds a window for a modality whose agent
+    # sends no progress marks for up to MMSYNC_MAX_HOLD_MS (30 s), on any broker
+    worker = pipeline.start_worker(MMSYNC_MODELS="light")
     files = []
     for i, text in enumerate(["hello from kcat", "你好", "goodbye"]):
         f = tmp_path / f"caption{i}.msgpack"
         f.write_bytes(encode_event(TextEvent(stream_id="kcat-1", ts=3_000_000_000 + i * 400_000,
                                              seq=i, text=text, dur=300_000)))
         files.append(str(f))
+    t0 = time.monotonic()
     res = subprocess.run(["kcat", "-P", "-b", s.bootstrap, "-t", s.topic("text"), "-k",
                           "kcat-1", *files], capture_output=True, text=True, timeout=60,
                          check=False)
     assert res.returncode == 0, res.stderr
+    t_sent = time.monotonic()
     out = await collect(s, until=lambda o: o.accounted >= len(files), timeout_s=90)
+    t_out = time.monotonic()
     assert out.accounted == out.merged("text") == len(files), pipeline.logs()
     assert not out.dlq and not out.late
     # and kcat reads them back: each window's key is its stream_id
@@ -194,6 +200,8 @@ async def test_kcat_produces_captions_and_reads_the_windows_on_kafka(pipeline, t
                           "beginning", "-e", "-q", "-f", "%k\\n"], capture_output=True,
                          text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
+    print(f"\nkcat: produce {t_sent - t0:.1f} s, windows out {t_out - t_sent:.1f} s later, "
+          f"read back by kcat in {time.monotonic() - t_out:.1f} s")
     keys = res.stdout.split()
     assert keys and set(keys) == {"kcat-1"} and len(keys) >= len(out.windows), res.stdout
     assert worker.poll() is None
