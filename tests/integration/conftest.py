@@ -1,9 +1,9 @@
 """Real brokers per session (the embedded Tansu; Apache Kafka on demand); a fresh topic
 prefix and worker per test.
 
-The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``,
-``kafka_pipeline``), from the jars ``make kafka`` fetched (which version:
-``tests/integration/brokers.py``).
+The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``, or
+``pipeline`` parametrized with one of their names), from the jars ``make kafka``
+fetched (which version: ``tests/integration/brokers.py``).
 """
 
 from __future__ import annotations
@@ -133,12 +133,3 @@ def pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pipelin
     else:
         node: KafkaNode = request.getfixturevalue(which)
         yield from _pipeline(node.url, False, tmp_path)
-
-
-@pytest.fixture
-def kafka_pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pipeline]:
-    """As ``pipeline``, on Apache Kafka, with no embedded-broker workaround. On the
-    ``kafka`` node unless parametrized indirectly with another node fixture's name
-    (``@pytest.mark.parametrize("kafka_pipeline", ["kafka_defaults"], indirect=True)``)."""
-    node: KafkaNode = request.getfixturevalue(getattr(request, "param", "kafka"))
-    yield from _pipeline(node.url, False, tmp_path)

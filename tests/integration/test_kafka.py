@@ -137,9 +137,9 @@ def test_broker_kafka_command_prints_export_and_stops_its_jvm_on_sigterm():
                 proc.wait()
 
 
-@pytest.mark.parametrize("kafka_pipeline", ["kafka", "kafka_defaults"], indirect=True)
-async def test_light_worker_on_kafka_accounts_for_every_input(kafka_pipeline):
-    pl = kafka_pipeline
+@pytest.mark.parametrize("pipeline", ["kafka", "kafka_defaults"], indirect=True)
+async def test_light_worker_on_kafka_accounts_for_every_input(pipeline):
+    pl = pipeline
     s = pl.settings
     assert not s.broker_embedded and "MMSYNC_BROKER_EMBEDDED" not in os.environ
     await ensure_topics(s)
