@@ -215,6 +215,8 @@ async def test_broker_restart_mid_run_loses_nothing_and_skips_nothing(tmp_path):
                   f"{out.duplicate_windows}, records again {out.duplicate_records}); first "
                   f"window of the after load {(first[0] - t_up) if first else float('nan'):.1f}"
                   f" s after the broker was back")
+            if out.late:
+                print("late:", Counter((e.get("stream_id"), e.get("modality")) for e in out.late))
             assert worker.poll() is None, log[-3000:]
             assert out.accounted == total and out.accounted_newest == total, log[-3000:]
             assert out.merged() == total and not out.late and not out.dlq, log[-3000:]
