@@ -1,4 +1,4 @@
-"""End-to-end benchmark: mmsync vs the naive baseline on the same load, on the embedded broker.
+"""End-to-end benchmark: mmsync vs the naive baseline on the same load, on a broker of its own.
 
 Load (``scripts/benchlib/loadgen.py``): N live streams (default 8) of 5 fps JPEG frames,
 100 ms 16 kHz audio chunks and a caption about every 2 s (mostly Chinese),
@@ -30,6 +30,11 @@ every input over threshold alerted (``scripts/benchlib/alerts.py``; ``--no-alert
     .venv/bin/python scripts/bench.py                 # about 10 minutes
     .venv/bin/python scripts/bench.py --quick         # a smoke run, about 3 minutes
     .venv/bin/python scripts/bench.py --profile       # + py-spy on each side for one step
+    .venv/bin/python scripts/bench.py --broker kafka  # on Apache Kafka (make kafka once)
+
+``--broker`` picks the broker each side starts fresh: ``tansu`` (the embedded one, with
+its workarounds, the default) or ``kafka`` (a local Apache Kafka node as production
+configures it, no embedded-broker workaround; ``KAFKA_VERSION`` picks the version).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
 from app.clients.produce import Record, paced, publish  # noqa: E402
+from app.kafka.apache import DEFAULT_KAFKA_VERSION, KafkaNode  # noqa: E402
 from app.kafka.clients import consume, wait_for_broker  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 from app.kafka.topics import ALL_TOPICS, ensure_topics  # noqa: E402
@@ -113,10 +119,11 @@ class Side:
                          for lg in self.logs if lg.exists())
 
 
-def _start(kind: str, broker: EmbeddedBroker, tmp: Path, workers: int, extra: dict[str, str]
-           ) -> Side:
+def _start(kind: str, broker: EmbeddedBroker | KafkaNode, tmp: Path, workers: int,
+           extra: dict[str, str]) -> Side:
     prefix = f"b{kind[0]}"
-    s = Settings(broker=broker.url, broker_embedded=True, topic_prefix=prefix, partitions=8,
+    s = Settings(broker=broker.url, broker_embedded=isinstance(broker, EmbeddedBroker),
+                 topic_prefix=prefix, partitions=8,
                  data_dir=tmp / f"data-{kind}", models_dir=_models_dir(tmp))
     procs, ports, logs = [], [], []
     n = 1 if kind == "naive" else workers
@@ -454,9 +461,13 @@ def _raw_onnx(tmp: Path, seconds: float, batch: int, precision: str = "fp32"
 
 async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progress
                  ) -> dict[str, Any]:
-    with EmbeddedBroker(log_path=tmp / f"broker-{kind}.log") as broker:
-        s0 = Settings(broker=broker.url, broker_embedded=True, topic_prefix=f"b{kind[0]}",
-                      partitions=8)
+    broker: EmbeddedBroker | KafkaNode = (
+        KafkaNode(version=os.environ.get("KAFKA_VERSION") or DEFAULT_KAFKA_VERSION,
+                  log_path=tmp / f"broker-{kind}.log") if args.broker == "kafka"
+        else EmbeddedBroker(log_path=tmp / f"broker-{kind}.log"))
+    with broker:
+        s0 = Settings(broker=broker.url, broker_embedded=isinstance(broker, EmbeddedBroker),
+                      topic_prefix=f"b{kind[0]}", partitions=8)
         await wait_for_broker(s0, timeout_s=20)
         await ensure_topics(s0, (*ALL_TOPICS, NAIVE_TOPIC))
         extra = {"MMSYNC_BATCH_MAX": str(args.batch_max)} if args.batch_max else {}
@@ -572,6 +583,9 @@ def _ratio(a: float, b: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", type=int, default=8, help="streams at rate 1")
+    ap.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                    help="a fresh one per side: the embedded Tansu, or Apache Kafka (a JDK "
+                         "and `make kafka` once; KAFKA_VERSION picks the version)")
     ap.add_argument("--fps", type=float, default=5.0)
     ap.add_argument("--workers", type=int, default=1, help="mmsync workers")
     ap.add_argument("--step-s", type=float, default=None,
@@ -620,7 +634,8 @@ def main() -> int:
                       f"{spec.width}x{spec.height}, 100 ms audio at 16 kHz, a caption per "
                       f"~{spec.caption_every_s:g} s; Zipf s={spec.zipf_s} over {spec.pool} "
                       f"cards/jingles and {24} captions; {spec.burst_x:g}x bursts of "
-                      f"{spec.burst_s:g} s every {spec.burst_every_s:g} s; {os.cpu_count()} CPUs")
+                      f"{spec.burst_s:g} s every {spec.burst_every_s:g} s; {os.cpu_count()} CPUs;"
+                      f" broker {args.broker}")
         precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
         raw_fps: dict[str, float] = {}
         for prec in dict.fromkeys(["fp32", *precisions]):

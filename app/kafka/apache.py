@@ -5,9 +5,10 @@ The jars come from Maven Central through the project's own set-up
 ``.kafka/<version>/libs`` once, offline afterwards). :class:`KafkaNode` has the
 shape of :class:`app.kafka.embedded.EmbeddedBroker`: a free loopback port,
 storage formatted in a temporary folder (deleted at stop), start, wait until the
-broker is in the cluster's metadata, stop. The JVM runs in its own process group
-with a bounded heap; stop signals the group, waits, then kills it, and the JVM
-also gets SIGTERM should the Python process die without stopping it
+broker is in the cluster's metadata, stop; :meth:`KafkaNode.restart` stops and
+starts it on the same ports and storage, as a production broker restarts. The JVM
+runs in its own process group with a bounded heap; stop signals the group, waits,
+then kills it, and the JVM also gets SIGTERM should the Python process die without stopping it
 (``setpriv --pdeathsig``, where util-linux has it).
 """
 
@@ -209,7 +210,8 @@ class KafkaNode:
                 f"`make kafka KAFKA_VERSION={self.version}` (needs Maven and a JDK once)")
         java = locate_java()
         t0 = time.monotonic()
-        self._dir = Path(tempfile.mkdtemp(prefix="mmsync-kafka-"))
+        if self._dir is None:  # else: restart() kept it, with its formatted storage
+            self._dir = Path(tempfile.mkdtemp(prefix="mmsync-kafka-"))
         try:  # whatever stops the start (an error, Ctrl-C) stops what it started
             self._start(java, t0)
         except BaseException:
@@ -220,9 +222,16 @@ class KafkaNode:
     def _start(self, java: str, t0: float) -> None:
         assert self._dir is not None
         props = self._dir / "server.properties"
-        cfg = self.config(self._dir / "data", free_port(self.host))
-        props.write_text("".join(f"{k}={v}\n" for k, v in cfg.items()))
         self._log = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
+        if props.exists():  # a restart: same ports, same storage, no format
+            self.format_s = 0.0
+        else:
+            cfg = self.config(self._dir / "data", free_port(self.host))
+            props.write_text("".join(f"{k}={v}\n" for k, v in cfg.items()))
+            self._format(java, props, t0)
+        self._run(java, props, t0)
+
+    def _format(self, java: str, props: Path, t0: float) -> None:
         try:
             fmt = subprocess.run(
                 self._java(java, 128, "kafka.tools.StorageTool", "format", "-t", _cluster_id(),
@@ -235,6 +244,8 @@ class KafkaNode:
             raise BrokerStartError(f"formatting Kafka's storage failed (code {fmt.returncode})"
                                    f":\n{self.tail()}")
         self.format_s = time.monotonic() - t0
+
+    def _run(self, java: str, props: Path, t0: float) -> None:
         try:
             self._proc = subprocess.Popen(
                 self._java(java, self.heap_mb, "kafka.Kafka", str(props)), stdout=self._log,
@@ -277,9 +288,18 @@ class KafkaNode:
         except (OSError, RuntimeError):
             return ""
 
-    def stop(self) -> None:
+    def restart(self, down_s: float = 0.0) -> KafkaNode:
+        """Stop the node (SIGTERM: Kafka's clean shutdown), wait ``down_s``, start it
+        again on the same ports with the same storage: its topics, records and committed
+        offsets are all still there, as after a production broker's restart."""
+        self.stop(keep_storage=True)
+        time.sleep(down_s)
+        return self.start()
+
+    def stop(self, *, keep_storage: bool = False) -> None:
         """SIGTERM to the JVM's process group, SIGKILL after ``stop_timeout_s``; then
-        the storage folder goes. Safe to call twice."""
+        the storage folder goes, unless ``keep_storage`` (for :meth:`restart`). Safe to
+        call twice."""
         proc, self._proc = self._proc, None
         if proc is not None:
             atexit.unregister(self.stop)
@@ -293,7 +313,7 @@ class KafkaNode:
         if self._log is not None:
             self._log.close()
             self._log = None
-        if self._dir is not None:
+        if self._dir is not None and not keep_storage:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 

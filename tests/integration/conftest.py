@@ -1,9 +1,9 @@
 """Real brokers per session (the embedded Tansu; Apache Kafka on demand); a fresh topic
 prefix and worker per test.
 
-The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``,
-``kafka_pipeline``), from the jars ``make kafka`` fetched (which version:
-``tests/integration/brokers.py``).
+The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``, or
+``pipeline`` parametrized with one of their names), from the jars ``make kafka``
+fetched (which version: ``tests/integration/brokers.py``).
 """
 
 from __future__ import annotations
@@ -120,14 +120,16 @@ def _pipeline(url: str, embedded: bool, tmp_path: Path) -> Iterator[Pipeline]:
 
 
 @pytest.fixture
-def pipeline(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
-    yield from _pipeline(broker.url, True, tmp_path)
-
-
-@pytest.fixture
-def kafka_pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pipeline]:
-    """As ``pipeline``, on Apache Kafka, with no embedded-broker workaround. On the
-    ``kafka`` node unless parametrized indirectly with another node fixture's name
-    (``@pytest.mark.parametrize("kafka_pipeline", ["kafka_defaults"], indirect=True)``)."""
-    node: KafkaNode = request.getfixturevalue(getattr(request, "param", "kafka"))
-    yield from _pipeline(node.url, False, tmp_path)
+def pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pipeline]:
+    """A fresh topic prefix and worker settings on a session broker: the embedded one
+    (Tansu, with its workarounds) unless parametrized indirectly with a Kafka node
+    fixture's name, ``"kafka"`` (production's configuration) or ``"kafka_defaults"``
+    (Kafka's own defaults), which run with no embedded-broker workaround
+    (``tests.integration.brokers.ON_KAFKA``)."""
+    which = getattr(request, "param", "tansu")
+    if which == "tansu":
+        broker: EmbeddedBroker = request.getfixturevalue("broker")
+        yield from _pipeline(broker.url, True, tmp_path)
+    else:
+        node: KafkaNode = request.getfixturevalue(which)
+        yield from _pipeline(node.url, False, tmp_path)

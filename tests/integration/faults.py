@@ -24,7 +24,7 @@ from app.clients.synth import SynthSpec, synth_events
 from app.kafka.clients import default_partition
 from schemas.events import encode_event
 
-__all__ = ["LiveRun", "all_emitting", "metric", "specs", "stream_ids"]
+__all__ = ["LiveRun", "all_emitting", "held", "metric", "specs", "stream_ids"]
 
 #: Late inputs a fault may cost, as a share of the inputs (issue 15; the aim is zero).
 LATE_SHARE_MAX = 0.005
@@ -62,6 +62,19 @@ def metric(pipeline: Any, proc: subprocess.Popen[bytes], name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+def held(pipeline: Any, proc: subprocess.Popen[bytes], topic: str) -> list[int]:
+    """The partitions of ``topic`` a worker holds now (its ``mmsync_consumer_lag`` series;
+    empty if it does not answer)."""
+    url = f"http://127.0.0.1:{proc.web_port}/metrics"  # type: ignore[attr-defined]
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:  # noqa: S310 - loopback
+            text = r.read().decode()
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for m in re.finditer(
+        rf'^mmsync_consumer_lag{{topic="{re.escape(topic)}",partition="(\d+)"}}', text, re.M))
+
+
 async def all_emitting(pipeline: Any, procs: list[subprocess.Popen[bytes]],
                        timeout_s: float) -> list[float]:
     """Wait until every worker's window counter grows over 2.5 s (it holds partitions
@@ -74,7 +87,9 @@ async def all_emitting(pipeline: Any, procs: list[subprocess.Popen[bytes]],
         if all(y > x for x, y in zip(a, b, strict=True)):
             return b
         if time.monotonic() > deadline:
-            raise AssertionError(f"not every worker is emitting: {a} -> {b}\n{pipeline.logs()}")
+            parts = [held(pipeline, p, pipeline.settings.topic("features")) for p in procs]
+            raise AssertionError(f"not every worker is emitting: {a} -> {b}; features "
+                                 f"partitions held: {parts}\n{pipeline.logs()}")
 
 
 class LiveRun:

@@ -26,6 +26,7 @@ from app.kafka.topics import ensure_topics
 from schemas.alert import Alert
 from schemas.events import FrameEvent, TextEvent, encode_event
 from tests.helpers import chart, jpeg_of
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +54,7 @@ async def _wait_ready(pipeline: Any, worker: Any, stage: str) -> None:
         await asyncio.sleep(0.5)
 
 
+@ON_BOTH
 async def test_a_term_from_an_extra_file_alerts_a_clean_caption_and_a_bad_record_do_not(
         pipeline, tmp_path):
     s = pipeline.settings

@@ -13,8 +13,10 @@ import asyncio
 import importlib
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
+import time
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -28,6 +30,8 @@ from app.clients.collect import collect
 from app.kafka.clients import consume, default_partition
 from app.kafka.topics import ensure_topics
 from app.settings import MODALITIES
+from schemas.events import TextEvent, encode_event
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = [
     pytest.mark.integration,
@@ -91,6 +95,7 @@ async def _features(s, total: int) -> list[tuple[bytes, int, str, int]]:
     return out
 
 
+@ON_BOTH
 async def test_confluent_and_aiokafka_producers_every_input_merged(pipeline, tmp_path):
     s = pipeline.settings
     n = s.partitions
@@ -158,3 +163,45 @@ async def test_confluent_and_aiokafka_producers_every_input_merged(pipeline, tmp
     print(f"\nclients: {total} inputs in {len(expected)} streams, all merged once: "
           f"{dict(expected)}; {sid}: image on partition {_murmur2(sid, n)}, "
           f"audio and text on {_crc32_partition(sid, n)}")
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None,
+                    reason="kcat is not on PATH (Debian and Ubuntu: apt-get install kcat); "
+                           "the one client here that does not come from PyPI")
+@pytest.mark.parametrize("pipeline", ["kafka"], indirect=True)
+async def test_kcat_produces_captions_and_reads_the_windows_on_kafka(pipeline, tmp_path):
+    """kcat 1.7.1 as Debian ships it (librdkafka 2.0.2), as docs/clients.md shows it: one
+    file per record (a msgpack caption) with its stream_id as key, then the windows read
+    back. Apache Kafka only: kcat cannot read the embedded broker's metadata
+    (docs/broker.md)."""
+    s = pipeline.settings
+    await ensure_topics(s)
+    # every agent, not just text: the aligner holds a window for a modality whose agent
+    # sends no progress marks for up to MMSYNC_MAX_HOLD_MS (30 s), on any broker
+    worker = pipeline.start_worker(MMSYNC_MODELS="light")
+    files = []
+    for i, text in enumerate(["hello from kcat", "你好", "goodbye"]):
+        f = tmp_path / f"caption{i}.msgpack"
+        f.write_bytes(encode_event(TextEvent(stream_id="kcat-1", ts=3_000_000_000 + i * 400_000,
+                                             seq=i, text=text, dur=300_000)))
+        files.append(str(f))
+    t0 = time.monotonic()
+    res = subprocess.run(["kcat", "-P", "-b", s.bootstrap, "-t", s.topic("text"), "-k",
+                          "kcat-1", *files], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    t_sent = time.monotonic()
+    out = await collect(s, until=lambda o: o.accounted >= len(files), timeout_s=90)
+    t_out = time.monotonic()
+    assert out.accounted == out.merged("text") == len(files), pipeline.logs()
+    assert not out.dlq and not out.late
+    # and kcat reads them back: each window's key is its stream_id
+    res = subprocess.run(["kcat", "-C", "-b", s.bootstrap, "-t", s.topic("aligned"), "-o",
+                          "beginning", "-e", "-q", "-f", "%k\\n"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    print(f"\nkcat: produce {t_sent - t0:.1f} s, windows out {t_out - t_sent:.1f} s later, "
+          f"read back by kcat in {time.monotonic() - t_out:.1f} s")
+    keys = res.stdout.split()
+    assert keys and set(keys) == {"kcat-1"} and len(keys) >= len(out.windows), res.stdout
+    assert worker.poll() is None

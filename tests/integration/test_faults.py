@@ -26,6 +26,7 @@ import pytest
 
 from app.kafka.topics import ensure_topics
 from app.runtime.process import stop_process
+from tests.integration.brokers import ON_BOTH
 from tests.integration.faults import LiveRun, all_emitting, metric, specs, stream_ids
 
 pytestmark = pytest.mark.integration
@@ -61,6 +62,7 @@ async def _kill(proc: subprocess.Popen[bytes]) -> float:
     return time.monotonic()
 
 
+@ON_BOTH
 async def test_sigkill_of_the_only_worker(pipeline):
     """The issue's case: one worker (real models) SIGKILLed 10 s in, a fresh one 2 s later."""
     s = pipeline.settings  # 4 partitions
@@ -107,27 +109,36 @@ async def _sigkill_one(pipeline: Any, workers: int, streams: int, seconds: float
     assert resume <= RESUME_MAX_S
 
 
+@ON_BOTH
 async def test_sigkill_of_one_of_two_workers(pipeline):
     await ensure_topics(pipeline.settings)  # 4 partitions
     await _sigkill_one(pipeline, 2, 4, 30, "two workers on 4 partitions, SIGKILL one")
 
 
-async def _eight_partitions(pipeline: Any) -> Any:
-    pipeline.env["MMSYNC_PARTITIONS"] = "8"
-    s = pipeline.settings = pipeline.settings.model_copy(update={"partitions": 8})
+async def _partitions(pipeline: Any, n: int) -> Any:
+    pipeline.env["MMSYNC_PARTITIONS"] = str(n)
+    s = pipeline.settings = pipeline.settings.model_copy(update={"partitions": n})
     await ensure_topics(s)
     return s
 
 
 async def test_sigkill_of_one_of_three_workers(pipeline):
-    await _eight_partitions(pipeline)
+    await _partitions(pipeline, 8)
     await _sigkill_one(pipeline, 3, 6, 36, "three workers on 8 partitions, SIGKILL one")
 
 
+@ON_BOTH
 async def test_a_worker_joins_and_one_leaves_under_load(pipeline):
-    s = await _eight_partitions(pipeline)
+    """A stream on every one of the 8 partitions, so that every worker always holds
+    partitions that carry one and must emit. With 6 streams two partitions carried none,
+    and Faust's sticky assignor (each worker keeps up to ceil(8/4) = 2 of its partitions)
+    could leave a worker, or the joiner, with only those two: on Apache Kafka 2 runs of
+    3 failed so, one worker's window count frozen after the join (Kafka's member ids
+    order the group differently from Tansu's). The check names each worker's features
+    partitions when it fails."""
+    s = await _partitions(pipeline, 8)
     workers = [pipeline.start_worker(MMSYNC_MODELS="light") for _ in range(3)]
-    run = LiveRun(pipeline, specs(stream_ids(s.partitions)[:6], seconds=50))
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions), seconds=50))
     run.start()
     try:
         await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
@@ -149,7 +160,7 @@ async def test_a_worker_joins_and_one_leaves_under_load(pipeline):
         await run.cancel()
     survivors = [*workers[1:], joiner]
     assert all(w.poll() is None for w in survivors)
-    run.check("three workers on 8 partitions, a fourth joins, one leaves (SIGTERM)",
+    run.check("three workers on 8 partitions, 8 streams, a fourth joins, one leaves (SIGTERM)",
               figures=(f"the joiner's first window {joined:.1f} s after its start",
                        _resumed(resume, "the leave"),
                        _restores(pipeline, survivors)))

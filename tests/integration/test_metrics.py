@@ -13,6 +13,7 @@ from app.clients.collect import collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
 from app.kafka.topics import ensure_topics
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +33,7 @@ def _value(samples, name: str, **labels: str) -> float:
                                                            for k, x in labels.items()))
 
 
+@ON_BOTH
 async def test_contract_metrics_after_a_run(pipeline):
     s = pipeline.settings
     await ensure_topics(s)
@@ -51,13 +53,25 @@ async def test_contract_metrics_after_a_run(pipeline):
     assert out.accounted == total, pipeline.logs()
     merged = sum(out.merged(m) for m in ("image", "audio", "text"))
 
-    # Everything is processed: once committed (every 1 s) each partition's lag is 0. A
-    # lag from anything but the committed offsets (0 before the first commit) would not.
+    # Everything is processed: once committed (every 1 s) each input partition's lag is
+    # 0. A lag from anything but the committed offsets (0 before the first commit) would
+    # not. The features topic never stands still: every feature agent sends a progress
+    # mark to each of its partitions every MMSYNC_MARK_INTERVAL_MS, so its lag is what
+    # came since the last commit, 0 only now and then: on Apache Kafka 1 run of 2 never
+    # saw every partition at 0 within the 20 s, and the next showed 3 on a features
+    # partition with every input partition at 0 (on Tansu: 0).
+    inputs = {s.topic(t) for t in ("image", "audio", "text")}
+    marks_per_commit = 3 * -(-1000 // s.mark_interval_ms)  # 3 agents, 1 s between commits
+
+    def settled(lag: list[tuple[dict[str, str], float]]) -> bool:
+        return bool(lag) and all(v == 0 if lab["topic"] in inputs else v <= marks_per_commit
+                                 for lab, v in lag)
+
     deadline = time.monotonic() + 20  # the lag timer runs every 5 s
     while True:
         m = _samples(pipeline.metrics(worker))
         lag = m.get("mmsync_consumer_lag", [])
-        if (lag and all(v == 0 for _, v in lag)) or time.monotonic() > deadline:
+        if settled(lag) or time.monotonic() > deadline:
             break
         time.sleep(1)
 
@@ -83,7 +97,7 @@ async def test_contract_metrics_after_a_run(pipeline):
     # the inputs and the features topic, every partition the run used
     assert {lab["topic"] for lab, _ in lag} >= {s.topic(t) for t in ("image", "audio",
                                                                      "features")}
-    assert all(v == 0 for _, v in lag), lag
+    assert settled(lag), [x for x in lag if x[1]]
     print(f"\nmetrics: merged={merged} e2e mean={mean_e2e * 1000:.0f} ms "
           f"image cache hit={hits:.0f} miss={misses:.0f} "
           f"lag partitions={len(lag)} max lag={max(v for _, v in lag):.0f}")

@@ -1,4 +1,5 @@
-"""Real events through the embedded broker and a real worker to aligned windows."""
+"""Real events through a real broker and a real worker to aligned windows: the embedded
+broker and Apache Kafka (as production runs it, and with its own defaults)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from app.clients.synth import SynthSpec, synth_records
 from app.kafka.clients import consume
 from app.kafka.topics import ensure_topics
 from schemas.events import TextEvent, encode_event
+from tests.integration.brokers import ON_BOTH, ON_EVERY
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 90
 
 
+@ON_EVERY
 async def test_multimodal_stream_every_input_accounted(pipeline):
     s = pipeline.settings
     await ensure_topics(s)
@@ -64,6 +67,7 @@ async def test_multimodal_stream_every_input_accounted(pipeline):
     assert "欢迎" in texts
 
 
+@ON_BOTH
 async def test_malformed_frame_dead_lettered_with_original_bytes(pipeline):
     s = pipeline.settings
     await ensure_topics(s)
@@ -88,6 +92,7 @@ async def test_malformed_frame_dead_lettered_with_original_bytes(pipeline):
     assert re.search(r'mmsync_dlq_total\{error="bad_msgpack"\} 1\.0', text)
 
 
+@ON_BOTH
 async def test_late_and_duplicate_events(pipeline):
     s = pipeline.settings
     await ensure_topics(s)

@@ -32,6 +32,7 @@ from app.kafka.embedded import free_port
 from app.kafka.topics import ALL_TOPICS, MAX_MESSAGE_BYTES, ensure_topics
 from app.runtime.process import stop_process
 from app.settings import Settings
+from tests.integration.brokers import ON_EVERY
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +98,7 @@ async def _run_a_producer_after_the_worker(pipeline: Any, s: Settings, worker: A
     assert "Traceback" not in pipeline.logs(), pipeline.logs()
 
 
+@ON_EVERY
 async def test_worker_first_on_an_empty_broker(pipeline):
     """The issue's first case: before, the progress marks went to partitions 4..7 of a
     features topic the broker had made with 4, and the worker crashed (0 inputs out)."""
