@@ -529,6 +529,19 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
                 _print_step(kind + " @70%", at70)
                 if alert_col is not None:  # alerts: issue 17
                     alert_res = await bench_alerts.judge(alert_col, sp, extra, tmp, side.s)
+            saturated = None
+            if (kind.startswith("mmsync") and side.alive() and alert_col is not None
+                    and args.saturated_x > 0):
+                # issue 26: the image models past their limit (every frame distinct noise,
+                # saturated_x times the raw ONNX frames/s of this precision): do the
+                # captions' alerts still come at once?
+                await _settle(side, col, at70 or steps[-1], args)
+                sp = _saturated(spec, args, kind, t0)
+                sat = await _step(side, col, sp, 1.0, args, progress)
+                _print_step(kind + " saturated", sat)
+                saturated = {"step": sat, "fps": sp.fps * sp.streams,
+                             "alerts": await bench_alerts.judge(alert_col, sp, extra, tmp,
+                                                                side.s)}
             hwm = side.hwm_mb()
         finally:
             await col.stop()
@@ -539,7 +552,20 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
             if args.keep_logs:
                 console.print(side.tail())
     return {"kind": kind, "steps": steps, "best": best, "at70": at70, "rss_mb": hwm,
-            "alerts": alert_res}
+            "alerts": alert_res, "saturated": saturated}
+
+
+#: The saturated step's load (issue 26's check): streams of small random-noise frames,
+#: 100 ms audio, a caption every 0.8 s or more (about 1.2 s apart), no bursts.
+_SAT_STREAMS = 4
+
+
+def _saturated(spec: MixSpec, args: Any, kind: str, t0: float) -> MixSpec:
+    prec = kind.split("-", 1)[1]
+    fps = max(1.0, args.saturated_x * args.raw_fps[prec] / _SAT_STREAMS)
+    sat = replace(spec, streams=_SAT_STREAMS, fps=round(fps, 1), noise_frames=True,
+                  width=96, height=72, burst_x=1.0, caption_every_s=1.2)
+    return _spec_at(sat, 1.0, f"{kind[0]}sat", t0, 98 * 1_000_000)
 
 
 async def _settle(side: Side, col: Collector, st: Step, args: Any) -> None:
@@ -614,6 +640,10 @@ def main() -> int:
     ap.add_argument("--precisions", default="fp32,int8",
                     help="MMSYNC_PRECISION of each mmsync phase (one phase per entry)")
     ap.add_argument("--no-70", action="store_true", help="skip the 70%%-of-max step")
+    ap.add_argument("--saturated-x", type=float, default=1.5,
+                    help="after the 70%% step, a step of distinct noise frames at this many"
+                         " times the raw ONNX frames/s (the image models saturated), for the"
+                         " alerts; 0: skip it")
     ap.add_argument("--profile", action="store_true",
                     help="py-spy record the (first) worker during each side's first step")
     ap.add_argument("--profile-dir", type=Path, default=Path("/tmp"))
@@ -644,6 +674,7 @@ def main() -> int:
             console.print(f"raw ONNX EfficientNet-Lite0 + Open-NSFW at {prec}: "
                           f"{raw_fps[prec]:.1f} frames/s (batch {raw_b}, {raw_threads} threads"
                           " per session, one model after the other)")
+        args.raw_fps = raw_fps  # the saturated step's frame rate
         sides = []
         for side in (k.strip() for k in args.sides.split(",") if k.strip()):
             sides += [f"mmsync-{p}" for p in precisions] if side == "mmsync" else [side]
@@ -667,7 +698,11 @@ def main() -> int:
         args.json.write_text(json.dumps(
             {k: {**v, "steps": [{**asdict(s), "trace_ids": len(s.trace_ids)} for s in v["steps"]],
                  "at70": ({**asdict(v["at70"]), "trace_ids": len(v["at70"].trace_ids)}
-                          if v.get("at70") else None)}
+                          if v.get("at70") else None),
+                 "saturated": ({**v["saturated"], "step": {
+                     **asdict(v["saturated"]["step"]),
+                     "trace_ids": len(v["saturated"]["step"].trace_ids)}}
+                     if v.get("saturated") else None)}
              for k, v in results.items()} | {"raw_onnx_fps": raw_fps}, indent=1, default=str))
     return 0
 
@@ -754,6 +789,13 @@ def _report_one(nv: dict[str, Any] | None, kind: str, mm: dict[str, Any], raw_fp
                 bound = f"<= {le:g} s" if le != float("inf") else "> the largest bucket"
                 print(f"  {stage:20} {bound}  (n={v['n']})")
         bench_alerts.print_report(mm.get("alerts"), at70)  # alerts: issue 17
+    sat = mm.get("saturated")
+    if sat is not None:
+        st = sat["step"]
+        bench_alerts.print_report(
+            sat["alerts"], st, f"saturated image models ({st.streams} streams of 96x72 noise,"
+            f" {sat['fps']:.0f} frames/s offered = {sat['fps'] / raw_fps:.1f}x raw ONNX; "
+            f"degradation level max {st.degrade_max:g})")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,11 @@ from schemas.features import FeatureRecord
 
 __all__ = ["AddResult", "Aligner", "AlignerConfig", "StreamState"]
 
+#: From this confidence on, a modality's margin is its estimate's own uncertainty
+#: (``StreamSkew.uncertainty_us``), not ``max_skew`` scaled by the doubt (issue 26: that
+#: margin, 0.45 s median for the sound on bench.py's load, held most windows;
+#: ``scripts/bench_watermark.py``).
+_SURE = 0.5
 #: How many recent seqs per stream and modality are remembered for de-duplication.
 _SEQ_MEMORY = 8192
 
@@ -168,9 +173,20 @@ class Aligner:
         Until its skew is known with confidence, a modality's content for a
         window may arrive anywhere within ``max_skew`` of it: the watermark
         waits that much longer rather than turn correct records into late ones.
+        Once its belief is concentrated enough to be right (confidence >= 0.5
+        before it fades for want of new evidence: the belief itself widens by as
+        much as the lag may drift meanwhile), the wait is how much larger the
+        offset may yet be found (:meth:`StreamSkew.uncertainty_us`): a larger
+        offset moves the modality's later records to earlier windows; a smaller
+        one moves them to later windows, which are still open. Captions only
+        while they share one shift (subtitles): an ASR caption trails its speech
+        by its own delay, and the longer wait lets it join its speech's window.
         """
         if modality == self.cfg.reference or not self.cfg.correct_skew:
             return 0
+        if st.skew.confidence(modality, recent=False) >= _SURE and (
+                modality != "text" or st.captions.steady):
+            return min(st.skew.uncertainty_us(modality), self.cfg.max_skew_us)
         return round(self.cfg.max_skew_us * (1.0 - st.skew.confidence(modality)))
 
     # -- input -------------------------------------------------------------

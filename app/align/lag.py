@@ -272,6 +272,21 @@ class LagTracker:
         p = np.exp(self.log_p[lo:hi] - self.log_p[k])
         return float((self.lags[lo:hi] * p).sum() / p.sum())
 
+    def above(self, lag_bins: float, tail: float) -> float:
+        """How far above ``lag_bins`` the lag may still lie, bins: the distance to the
+        smallest lag with no more than ``tail`` of the belief beyond it (0 when the belief
+        above ``lag_bins`` holds no more than that)."""
+        p = np.exp(self.log_p)
+        up = self.lags > lag_bins
+        if not up.any():
+            return 0.0
+        q = p[up]
+        beyond = np.cumsum(q[::-1])[::-1] - q  # mass strictly above each lag over lag_bins
+        if q.sum() <= tail:
+            return 0.0
+        k = int(np.argmax(beyond <= tail))
+        return float(self.lags[up][k] - lag_bins)
+
     def mass_near(self, lag_bins: float, radius_bins: float) -> float:
         """Belief within ``radius_bins`` of ``lag_bins``."""
         p = np.exp(self.log_p)

@@ -63,6 +63,9 @@ _TEXT_NEAR_BINS = 5
 _TEXT_MASS_FLOOR = 0.2
 #: ... and holds longer: captions come every few seconds.
 _TEXT_HOLD_US = 6_000_000
+#: The margin the aligner keeps for a confident estimate covers all but this much of its
+#: belief above it (app.align.aligner: the watermark waits for a lag that large).
+_MARGIN_TAIL = 0.01
 #: How precisely a caption's start follows its speech start, in 10 ms bins (subtitles are
 #: placed by hand; ASR captions vary by a few hundred ms: their offset is the typical one).
 _CAPTION_SIGMA_BINS = 5.0
@@ -356,7 +359,25 @@ class StreamSkew:
             return round(est.offset_us + (audio.offset_us if audio is not None else 0.0))
         return round(est.offset_us)
 
-    def confidence(self, modality: str) -> float:
+    def uncertainty_us(self, modality: str) -> int:
+        """How much larger than :meth:`offset_us` the modality's offset may yet be found,
+        us: its belief's extent above the estimate, all but ``_MARGIN_TAIL`` of it (for
+        captions, their own lag's and the sound's, added). Only this side matters to the
+        watermark: a larger offset moves the modality's records to earlier windows."""
+        est = self._est.get(modality)
+        if est is None:
+            return 0
+        up = est.tracker.above(est.offset_us / BIN_US, _MARGIN_TAIL) * BIN_US
+        audio = self._est.get("audio")
+        if modality == "text" and audio is not None:
+            up += audio.tracker.above(audio.offset_us / BIN_US, _MARGIN_TAIL) * BIN_US
+        return round(up)
+
+    def confidence(self, modality: str, *, recent: bool = True) -> float:
+        """How sure the offset is, 0..1 (0.5: calibrated on the corpus as "right"). With
+        ``recent`` (what windows report) it falls while the content says nothing; without,
+        it is the belief's concentration alone (the belief itself widens with the time
+        since it was informed, as much as the lag may drift)."""
         if modality == self.cfg.reference:
             return 1.0
         est = self._est.get(modality)
@@ -366,12 +387,12 @@ class StreamSkew:
         # corpus's tune set a mass under about 0.8 was as often a beat off as not
         floor = _TEXT_MASS_FLOOR if modality == "text" else _MASS_FLOOR
         conf = max(0.0, (est.concentration - floor) / (1.0 - floor))
-        if est.informed_at is not None and est.done_to is not None:
+        if recent and est.informed_at is not None and est.done_to is not None:
             hold = _TEXT_HOLD_US if modality == "text" else _HOLD_US
             quiet_us = (est.done_to - est.informed_at) * BIN_US - hold
             if quiet_us > 0:
                 conf *= math.exp(-quiet_us / _RECENT_US)
         if modality == "text" and "audio" in self._est:
-            conf = min(conf, self.confidence("audio"))
+            conf = min(conf, self.confidence("audio", recent=recent))
         return round(min(1.0, max(0.0, conf)), 3)
 

@@ -4,7 +4,10 @@ The signal is queueing delay: how long the oldest record of a batch waited
 between its Kafka timestamp (when the producer sent it) and the moment its
 batch starts. A worker that keeps up sees tens of milliseconds; one that
 falls behind sees it grow without bound. A batch over ``lag_s`` raises the
-level one step (at most once per ``hold_s``); every ``calm_s`` without such a
+level (at most once per ``hold_s``): one step, or straight to the first level
+whose share of the image models' work is at most ``lag_s / delay`` when the
+delay is several times the bound (a 4 s backlog against a 1 s bound calls for
+a quarter of the work now, not three steps 2 s apart: issue 26); every ``calm_s`` without such a
 batch lowers it one step, whether batches come or not (an idle worker is
 back at 0 within ``3 x calm_s``). Under a steady overload this settles into
 a cycle around the lowest level that keeps up. Nothing is dropped at any
@@ -42,6 +45,17 @@ LEVELS: tuple[Level, ...] = (
 )
 
 
+def _share(level: Level) -> float:
+    """The share of new frames the image models run on at ``level``."""
+    return 1.0 / level.image_every if level.image_every else 0.0
+
+
+def _called_for(delay_s: float, lag_s: float) -> int:
+    """The lowest level whose image-model share is at most ``lag_s / delay_s``."""
+    want = lag_s / delay_s
+    return next(k for k, lv in enumerate(LEVELS) if _share(lv) <= want + 1e-9)
+
+
 class Degrader:
     """Chooses the level from the queueing delay of each batch (times: monotonic s)."""
 
@@ -77,6 +91,6 @@ class Degrader:
         if delay_s > self.lag_s:
             self._over = now
             if self.level < len(LEVELS) - 1 and now - self._up >= self.hold_s:
-                self.level += 1
+                self.level = max(self.level + 1, _called_for(delay_s, self.lag_s))
                 self._up = now
         return self.level

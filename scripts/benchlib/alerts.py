@@ -214,12 +214,14 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
     return res
 
 
-def print_report(res: dict[str, Any] | None, at70: Any) -> None:
-    """The alert table beside the window latency of the same step."""
+def print_report(res: dict[str, Any] | None, at70: Any, label: str | None = None) -> None:
+    """The alert table beside the window latency of the same step (``label``: the step's,
+    70% of max by default)."""
     if not res:
         return
     terms = ", ".join(res["extra_terms"])
-    print(f"\nalerts at 70% of max (rate {at70.rate:g}): NSFW threshold {res['nsfw_threshold']:g}"
+    where = label or f"70% of max (rate {at70.rate:g})"
+    print(f"\nalerts at {where}: NSFW threshold {res['nsfw_threshold']:g}"
           f" (bench setting), terms: the shipped lists + {terms}; "
           f"{res['blind_records']} blind records")
     print("latency, ms: input record's Kafka timestamp to its alert record's; p50, p99, burst+2s"

@@ -72,6 +72,9 @@ class MixSpec:
     #: added to every ``seq``: a later mix of the same streams must not reuse one
     #: (the aligner drops a repeated seq as a duplicate).
     seq_base: int = 0
+    #: every frame random noise (nothing repeats, no near-duplicate, no cache hit: the
+    #: image models run on each one), instead of the scenes' cards and live frames.
+    noise_frames: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +178,11 @@ def _stream(spec: MixSpec, idx: int) -> list[tuple[float, Event]]:
     while t < spec.seconds:
         k = scene_at(t)
         start, rep, p = scenes[k] if scenes and scenes[0][0] <= t else (0.0, True, 0)
-        data = jpegs[p] if rep else _live_frame(imgs[p], seq, idx)
+        if spec.noise_frames:
+            data = simplejpeg.encode_jpeg(
+                rng.integers(0, 256, (spec.height, spec.width, 3), dtype=np.uint8), quality=85)
+        else:
+            data = jpegs[p] if rep else _live_frame(imgs[p], seq, idx)
         evs.append((t, FrameEvent(stream_id=sid, ts=spec.start_us + int(t * 1e6), seq=sb + seq,
                                   data=data, fmt="jpeg", trace_id=f"{spec.tag}/{idx}/i{seq}")))
         seq += 1

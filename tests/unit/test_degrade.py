@@ -17,10 +17,10 @@ from tests.helpers import chart, frame_event, raw_msg
 def test_level_rises_one_step_per_hold_and_falls_one_per_calm_period():
     d = Degrader(lag_s=1.0, hold_s=2.0, calm_s=3.0)
     assert d.observe(0.05, 0.0) == 0
-    assert d.observe(3.0, 1.0) == 1
-    assert d.observe(3.0, 2.0) == 1  # held: at most one step per 2 s
-    assert d.observe(3.0, 3.0) == 2
-    assert d.observe(3.0, 5.0) == 3
+    assert d.observe(1.5, 1.0) == 1
+    assert d.observe(1.5, 2.0) == 1  # held: at most one rise per 2 s
+    assert d.observe(1.5, 3.0) == 2
+    assert d.observe(1.5, 5.0) == 3
     assert d.observe(9.0, 9.0) == 3  # the top level
     assert d.observe(0.6, 11.9) == 3  # under the bound, but not 3 s since the last over
     assert d.observe(0.6, 12.0) == 2
@@ -29,6 +29,16 @@ def test_level_rises_one_step_per_hold_and_falls_one_per_calm_period():
     # no batches at all: the level still comes down, one step per calm period
     assert d.at(18.4) == 2 and d.at(18.5) == 1 and d.at(30.0) == 0
     assert Degrader(enabled=False).observe(100.0, 0.0) == 0
+
+
+@pytest.mark.parametrize(("delay_s", "level"), [(1.5, 1), (2.5, 2), (4.0, 2), (4.5, 3),
+                                                (30.0, 3)])
+def test_a_backlog_several_times_the_bound_jumps_to_the_level_it_calls_for(delay_s, level):
+    # the image models' share at levels 0..3 is 1, 1/2, 1/4, 0: a delay of k times the
+    # bound calls for at most 1/k of the work at once, not one step per hold period
+    d = Degrader(lag_s=1.0, hold_s=2.0, calm_s=3.0)
+    assert d.observe(delay_s, 1.0) == level
+    assert d.observe(30.0, 2.0) == level  # still held for hold_s after that rise
 
 
 class _Clock:
@@ -82,7 +92,7 @@ def test_levels_sample_image_models_and_drop_text_embedding(pipe, monkeypatch):
 
 def test_pipeline_degrades_on_old_records_and_recovers(pipe, clock):
     pipe.degrader = Degrader(lag_s=1.0, hold_s=0.0, calm_s=0.5)
-    old = int(time.time() * 1000) - 10_000  # sent 10 s ago
+    old = int(time.time() * 1000) - 1_500  # sent 1.5 s ago: one step per batch
     evs = [frame_event(chart(60 + i), "old", i) for i in range(3)]
     for _ in range(2):
         pipe.process("image", [replace(raw_msg(e, i), timestamp_ms=old) for i, e in enumerate(evs)])
