@@ -66,15 +66,38 @@ class MarkBoard:
     position last moved when it keeps saying it is behind (a wedged agent). Past that it
     is taken to be gone and the stream's windows close without it (its records, if they
     ever come, are late). A slow agent moves, so it holds as long as it is behind.
+
+    A mark's end is the log's end as the agent last fetched it, and a mark can be read
+    well after it was made: a feature record read from at or beyond that end
+    (:meth:`heard`) proves the log grew since, so the mark no longer says the input is
+    drained, however fresh it is, until a mark with a later end comes. Without this a
+    broker restart closed windows early (Kafka, docs/broker.md): marks read just before
+    the stop said "drained" at the ends of before the last load; the load's first
+    features were read after them, then nothing for the outage, so no modality stayed
+    active, and the stale marks closed the windows while the rest of the load was still
+    to come.
     """
 
     def __init__(self, ttl_s: float, max_hold_s: float) -> None:
         self.ttl_s = ttl_s
         self.max_hold_s = max_hold_s
         self._seen: dict[tuple[str, int], _Seen] = {}
+        #: (modality, input partition) -> highest input offset of a feature record read
+        self._heard: dict[tuple[str, int], int] = {}
+
+    def heard(self, modality: str, partition: int, offset: int) -> None:
+        """A feature record of ``modality`` from input ``partition`` at ``offset`` was read
+        (a duplicate or a late one too: each shows how far the log reached)."""
+        key = (modality, partition)
+        if offset > self._heard.get(key, -1):
+            self._heard[key] = offset
 
     def update(self, mark: ProgressMark, now: float) -> None:
         for p, (nxt, end) in mark.parts.items():
+            if end < 0:
+                # the agent lost track of the partition (newly assigned, or its log made
+                # again with offsets from 0): what was read of the old log proves nothing
+                self._heard.pop((mark.modality, p), None)
             old = self._seen.get((mark.modality, p))
             moved = old.moved if old is not None and old.next_offset == nxt else now
             self._seen[(mark.modality, p)] = _Seen(nxt, end, now, moved)
@@ -85,6 +108,7 @@ class MarkBoard:
             return now - since >= self.max_hold_s
         if now - seen.received > self.ttl_s:  # the agent stopped sending
             return now - seen.received >= self.max_hold_s
-        if is_drained(seen.next_offset, seen.end):
+        if (is_drained(seen.next_offset, seen.end)
+                and self._heard.get((modality, partition), -1) < seen.end):
             return True
         return now - seen.moved >= self.max_hold_s  # behind: holds while it moves

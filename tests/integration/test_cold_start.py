@@ -17,11 +17,13 @@ import urllib.request
 import pytest
 
 from app.kafka.topics import ensure_topics
+from tests.integration.brokers import ON_BOTH
 from tests.integration.faults import LiveRun, metric, specs, stream_ids
 
 pytestmark = pytest.mark.integration
 
 
+@ON_BOTH
 async def test_a_new_worker_on_an_empty_models_dir_loses_nothing_of_a_running_load(
         pipeline, tmp_path):
     s = pipeline.settings
@@ -50,6 +52,7 @@ async def test_a_new_worker_on_an_empty_models_dir_loses_nothing_of_a_running_lo
               figures=(f"ready {ready_s:.1f} s after its start (goal: 60 s on 2 cores)",))
 
 
+@ON_BOTH
 async def test_ready_is_503_until_the_partitions_are_assigned(pipeline):
     """Up is not ready: the endpoint says what is missing until the first assignment."""
     await ensure_topics(pipeline.settings)

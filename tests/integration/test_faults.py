@@ -122,6 +122,7 @@ async def _partitions(pipeline: Any, n: int) -> Any:
     return s
 
 
+@ON_BOTH
 async def test_sigkill_of_one_of_three_workers(pipeline):
     await _partitions(pipeline, 8)
     await _sigkill_one(pipeline, 3, 6, 36, "three workers on 8 partitions, SIGKILL one")
@@ -167,6 +168,7 @@ async def test_a_worker_joins_and_one_leaves_under_load(pipeline):
     assert resume <= RESUME_MAX_S
 
 
+@ON_BOTH
 async def test_image_models_slow_to_load(pipeline):
     """A worker whose image models take 10 s longer to load, with the load published from
     its start: it joins the group only once they are loaded (the records wait in Kafka),

@@ -219,12 +219,12 @@ async def test_broker_restart_mid_run_loses_nothing_and_skips_nothing(tmp_path):
                 print("late:", Counter((e.get("stream_id"), e.get("modality")) for e in out.late))
             assert worker.poll() is None, log[-3000:]
             assert out.accounted == total and out.accounted_newest == total, log[-3000:]
-            # Every input accounted, none skipped or dead: the goal. Late ones are
-            # bounded, not zero: in 1 of 2 clean-clone runs on 3.9.2 (and 2 of 2 on 4.4.0)
-            # 5-8 audio inputs of the stream in flight at the stop went late (8 of 328 at
-            # most seen; cause not found: docs/broker.md).
-            assert not out.dlq and len(out.late) <= 0.05 * total, log[-3000:]
-            assert out.merged() + len(out.late) == total, log[-3000:]
+            # Every input merged, none skipped, dead or late. Until the aligner stopped
+            # trusting a "drained" mark that a record read from beyond its end contradicts
+            # (app.align.progress), 8 to 21 inputs of the load in flight at the stop went
+            # late in about half the runs (docs/broker.md).
+            assert not out.dlq and not out.late, log[-3000:]
+            assert out.merged() == total, log[-3000:]
             assert not out.shrunk, out.shrunk[:3]
             assert "Traceback" not in log, log[-3000:]
         finally:

@@ -109,6 +109,43 @@ def test_a_drained_modality_never_heard_does_not_hold():
     assert got == [0]  # at once: the watermark is 2 s - 0.2 s, no idle wait
 
 
+def test_a_stale_drained_mark_does_not_close_what_a_broker_outage_holds_back():
+    """Kafka restarted under a worker (test_kafka.py), as seen: every agent's mark said
+    "drained" at end 0 (its partition was empty); a load of 3 s was published and its
+    first features read; then the broker stopped, and the marks that said "behind" and
+    the rest of the features came only after it was back. 1.5 s into the outage no
+    modality was active, the old marks were still within their 2 s, and windows 0-2
+    closed without the rest: 21 inputs late."""
+    cfg = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=1.5, rate_hz=20.0,
+                        correct_skew=False)
+    r = AlignRunner(cfg, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
+    for i, m in enumerate(("image", "audio", "text")):
+        r.on_record(3, i, None, mark(m, 3, 0, 0).encode(), 0.0)
+    off = 3
+    for k in range(8):  # frames 0-7 and sound 0-15 read before the stop
+        r.on_record(3, off, b"s", feat("image", k * 200_000, k, part=3), 0.1)
+        r.on_record(3, off + 1, b"s", feat("audio", k * 200_000, 2 * k, part=3), 0.1)
+        r.on_record(3, off + 2, b"s", feat("audio", k * 200_000 + 100_000, 2 * k + 1,
+                                            part=3), 0.1)
+        off += 3
+    r.on_record(3, off, b"s", feat("text", 300_000, 0, part=3), 0.1)
+    off += 1
+    for now in (1.7, 1.9, 5.0, 9.0):  # the outage: nothing read
+        assert r.on_tick(now).windows == [], now
+    # back: the agents' marks (behind), then the rest of the load
+    for m, nxt, end in (("image", 8, 15), ("audio", 16, 30), ("text", 1, 4)):
+        r.on_record(3, off, None, mark(m, 3, nxt, end).encode(), 9.1)
+        off += 1
+    late = []
+    for k in range(8, 15):
+        late += r.on_record(3, off, b"s", feat("image", k * 200_000, k, part=3), 9.2).late
+        off += 1
+    for k in range(16, 30):
+        late += r.on_record(3, off, b"s", feat("audio", k * 100_000, k, part=3), 9.2).late
+        off += 1
+    assert late == []
+
+
 def _window(sid: str, start: int, sources: list[tuple[str, int, int]],
             text_ms: float = 0.0, text_conf: float = 0.0) -> dict:
     w = AlignedWindow(stream_id=sid, window_start=start, window_end=start + 1_000_000,
