@@ -287,6 +287,18 @@ class LagTracker:
         k = int(np.argmax(beyond <= tail))
         return float(self.lags[up][k] - lag_bins)
 
+    def rival_margin(self, lag_bins: float, near_bins: int, far_bins: int) -> float:
+        """How much likelier (natural log) the belief's best lag within ``near_bins`` of
+        ``lag_bins`` is than its best lag more than ``far_bins`` away: small where the
+        evidence fits a second lag almost as well (periodic content: music's beats leave
+        peaks a beat apart). At most about ``log(n / jump)`` (the floor ``predict`` keeps);
+        inf when no lag lies that far."""
+        d = np.abs(self.lags - lag_bins)
+        far = self.log_p[d > far_bins]
+        if not len(far):
+            return math.inf
+        return float(self.log_p[d <= near_bins].max() - far.max())
+
     def mass_near(self, lag_bins: float, radius_bins: float) -> float:
         """Belief within ``radius_bins`` of ``lag_bins``."""
         p = np.exp(self.log_p)
