@@ -151,7 +151,8 @@ class Settings(BaseSettings):
     degrade: bool = Field(default=True, description="sample the image models and drop OCR and"
                           " text embedding while records queue too long (app/features/degrade.py)")
     degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay above which"
-                                " the degradation level goes up one step, ms")
+                                " the degradation level goes up (one step, or to the level a"
+                                " longer delay calls for), ms")
     buffer_max: int = Field(default=256, ge=1, le=100_000, description="records buffered per"
                             " partition before the consumer pauses it (backpressure)")
     batch_max: int = Field(default=8, ge=1, le=1024, description="largest micro-batch per agent")
