@@ -195,6 +195,8 @@ class Step:
     offered_eps: float
     merged: int = 0
     late: int = 0
+    #: late inputs per modality
+    late_by: dict[str, int] = field(default_factory=dict)
     dlq: int = 0
     lost: int = 0
     mean_s: float = float("nan")
@@ -344,6 +346,8 @@ async def _step(side: Side, col: Collector, sp: MixSpec, rate: float, args: Any,
         kind, out_ms = got
         if kind == "late":
             st.late += 1
+            mod = modality_of.get(tid, "?")
+            st.late_by[mod] = st.late_by.get(mod, 0) + 1
         elif kind == "dlq":
             st.dlq += 1
         else:
@@ -587,7 +591,8 @@ def _print_step(kind: str, st: Step) -> None:
         mark += " (degraded)"
     console.print(
         f"{kind:>12} r={st.rate:<6g} {st.streams:>3} streams {st.offered_eps:7.1f} ev/s offered | "
-        f"merged {st.merged}/{st.sent} late {st.late} dlq {st.dlq} lost {st.lost} | "
+        f"merged {st.merged}/{st.sent} late {st.late}{st.late_by if st.late else ''} "
+        f"dlq {st.dlq} lost {st.lost} | "
         f"lat mean {st.mean_s:5.2f} p50 {st.p50_s:5.2f} p99 {st.p99_s:5.2f} s | "
         f"{st.qps:6.1f} ev/s {st.frames_ps:5.1f} fr/s | {st.cores:4.2f} cores | "
         f"drain {st.drain_s:4.1f} s"
