@@ -143,7 +143,9 @@ async def test_alerts_carry_the_aligners_skew_estimate(pipeline, tmp_path):
 
 async def test_a_degraded_batch_says_which_frames_went_unscored(pipeline):
     """Threshold 0: every scored frame alerts; the frames the degraded image models skipped
-    are each in exactly one blind record instead. None is missed without being reported."""
+    are each in exactly one blind record instead. None is missed without being reported.
+    A burst against a 10 ms bound may take the controller straight to level 3 (models
+    off, issue 26's jump) as well as through the sampled levels."""
     s = pipeline.settings
     await ensure_topics(s)
     worker = pipeline.start_worker(MMSYNC_AGENTS="image", MMSYNC_CACHE="false",
@@ -172,9 +174,11 @@ async def test_a_degraded_batch_says_which_frames_went_unscored(pipeline):
     assert sorted(scored + skipped) == sorted(offsets)  # each frame exactly once
     for a in blind:
         d = a.detail
-        assert d["level"] >= 1 and d["reason"] == "sampled" and d["skipped"] == len(d["offsets"])
+        assert d["level"] >= 1 and d["skipped"] == len(d["offsets"])
+        # "off": no frame of the record's stretch was scored (level 3); "sampled": others were
+        assert d["reason"] in ("sampled", "off"), d
         assert d["ts_from"] <= d["ts_to"] and a.score == d["skipped"] / d["frames"]
     text = pipeline.metrics(worker)
-    m = re.search(r'mmsync_alert_skipped_total\{modality="image",reason="sampled"\} ([0-9.]+)',
-                  text)
-    assert m and float(m.group(1)) == len(skipped)
+    counted = re.findall(r'mmsync_alert_skipped_total\{modality="image",reason="(?:sampled|off)"\}'
+                         r' ([0-9.]+)', text)
+    assert counted and sum(float(c) for c in counted) == len(skipped)
