@@ -7,7 +7,10 @@ falls behind sees it grow without bound. A batch over ``lag_s`` raises the
 level (at most once per ``hold_s``): one step, or straight to the first level
 whose share of the image models' work is at most ``lag_s / delay`` when the
 delay is several times the bound (a 4 s backlog against a 1 s bound calls for
-a quarter of the work now, not three steps 2 s apart: issue 26); every ``calm_s`` without such a
+a quarter of the work now, not three steps 2 s apart: issue 26). The jump stops at the
+last level that still samples (2): one late batch (a burst published at once, a worker that
+waited for its models) never blinds the image models; "off" comes only from a further rise,
+``hold_s`` later, with the delay still over the bound. Every ``calm_s`` without such a
 batch lowers it one step, whether batches come or not (an idle worker is
 back at 0 within ``3 x calm_s``). Under a steady overload this settles into
 a cycle around the lowest level that keeps up. Nothing is dropped at any
@@ -50,10 +53,15 @@ def _share(level: Level) -> float:
     return 1.0 / level.image_every if level.image_every else 0.0
 
 
+#: the highest level one jump reaches: the last that still runs the image models
+_JUMP_TOP = max(k for k, lv in enumerate(LEVELS) if lv.image_every)
+
+
 def _called_for(delay_s: float, lag_s: float) -> int:
-    """The lowest level whose image-model share is at most ``lag_s / delay_s``."""
+    """The lowest level whose image-model share is at most ``lag_s / delay_s``, at most
+    ``_JUMP_TOP`` (a share of 0 is never called for by one batch)."""
     want = lag_s / delay_s
-    return next(k for k, lv in enumerate(LEVELS) if _share(lv) <= want + 1e-9)
+    return min(_JUMP_TOP, next(k for k, lv in enumerate(LEVELS) if _share(lv) <= want + 1e-9))
 
 
 class Degrader:
