@@ -72,6 +72,11 @@ class Outputs:
         return len(inputs) + len(self.dlq)
 
     @property
+    def inputs(self) -> set[tuple[Any, ...]]:
+        """Every input accounted in a window or as late: (modality, partition, offset)."""
+        return set(self._placed)
+
+    @property
     def late_inputs(self) -> int:
         """Inputs whose one place is ``mm.late`` (not merged in any window)."""
         return sum(1 for where in self._placed.values() if where == "late")

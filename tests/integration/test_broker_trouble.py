@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
 
-from app.clients.collect import collect
+from app.clients.collect import Outputs, collect
 from app.clients.produce import publish
 from app.clients.synth import SynthSpec, synth_records
 from app.kafka.clients import default_partition
@@ -21,6 +22,16 @@ from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
 
 pytestmark = pytest.mark.integration
+
+
+def _missing(out: Outputs, recs: list[tuple[str, bytes, bytes]], nparts: int
+             ) -> dict[tuple[str, int], list[int]]:
+    """The input offsets of ``recs`` that no window nor late record names, by (modality,
+    partition): the records were the first on their partitions' new logs, at 0, 1, ..."""
+    sent = Counter((mod, default_partition(key, nparts)) for mod, key, _ in recs)
+    seen = out.inputs
+    return {k: gone for k, n in sorted(sent.items())
+            if (gone := [o for o in range(n) if (*k, o) not in seen])}
 
 
 def test_worker_exits_cleanly_when_no_broker_answers(tmp_path: Path) -> None:
@@ -150,8 +161,9 @@ async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
         assert worker.poll() is None, text[-3000:]
         # issue 15: nothing late, no window id again with fewer inputs, whole by the
         # newest window per id (before and after the restart)
-        for out, pub in ((out1, pub1), (out2, pub2)):
-            assert out.accounted == pub.total and out.accounted_newest == pub.total, text[-3000:]
+        for out, pub, recs in ((out1, pub1, recs1), (out2, pub2, recs2)):
+            assert out.accounted == pub.total and out.accounted_newest == pub.total, (
+                _missing(out, recs, nparts), text[-3000:])
             assert out.merged() == pub.total and not out.late and not out.shrunk
         assert "Traceback" not in text, text[-3000:]
     finally:

@@ -22,6 +22,7 @@ import pytest
 
 from app.clients.collect import collect
 from app.kafka.topics import ensure_topics
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +30,7 @@ CLIP = Path(__file__).resolve().parents[1] / "data" / "corpus" / "en-talking"
 START = 1_700_000_000_000_000
 
 
+@ON_BOTH
 async def test_real_clip_offsets_through_produce_and_a_worker(pipeline):
     s = pipeline.settings
     await ensure_topics(s)

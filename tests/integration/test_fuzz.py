@@ -23,6 +23,7 @@ from app.kafka.clients import make_producer
 from app.kafka.topics import ensure_topics
 from app.runtime.process import peak_rss_bytes
 from schemas.events import TextEvent, encode_event
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = pytest.mark.integration
 
@@ -215,6 +216,7 @@ class _Fuzzer:
             ("bad_strings", 0.5))]
 
 
+@ON_BOTH
 async def test_fuzz_every_bad_record_dead_lettered_every_good_one_merged(pipeline):
     s = pipeline.settings
     await ensure_topics(s)

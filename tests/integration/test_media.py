@@ -16,6 +16,7 @@ from app.clients.collect import collect
 from app.clients.media import probe, video_records
 from app.kafka.topics import ensure_topics
 from tests.helpers import make_video, write_srt
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +29,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Com
                           capture_output=True, text=True, timeout=timeout)
 
 
+@ON_BOTH
 async def test_produce_video_every_frame_chunk_and_caption_aligned(pipeline, tmp_path):
     s = pipeline.settings
     video = make_video(tmp_path / "clip", seconds=3.0, fps=15, sr=16000)

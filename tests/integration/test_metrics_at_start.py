@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.kafka.topics import ensure_topics
 from app.runtime.metrics import DYNAMIC_LABELS
+from tests.integration.brokers import ON_BOTH
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +50,7 @@ def test_board_metric_names_are_read_from_the_queries() -> None:
     assert not {"rate", "sum", "histogram_quantile", "le", "modality", "vector"} & set(names)
 
 
+@ON_BOTH
 async def test_every_board_query_has_a_series_right_after_start(pipeline):
     s = pipeline.settings
     await ensure_topics(s)
