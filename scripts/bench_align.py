@@ -1,4 +1,4 @@
-"""Skew-correction accuracy and sync latency, through a real worker on the embedded broker.
+"""Skew-correction accuracy and sync latency, through a real worker on a broker of its own.
 
 Streams whose content co-occurs across modalities (scene cuts, voiced bursts,
 captions) get audio skews from -500 to +500 ms with drift, text skews,
@@ -9,6 +9,7 @@ same run is no correction at all (offset 0), whose error is the skew itself.
 
     .venv/bin/python scripts/bench_align.py            # 8 streams x 40 s
     .venv/bin/python scripts/bench_align.py --quick    # 4 streams x 20 s
+    .venv/bin/python scripts/bench_align.py --broker kafka   # on Apache Kafka (make kafka once)
 
 The evaluation corpus (issue 14), offline through FeaturePipeline(light) and the
 pure Aligner on a simulated clock, scored per kind against each case's truth:
@@ -25,6 +26,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +91,7 @@ def main() -> int:
         args.streams, args.seconds = 4, 20.0
     specs = _specs(args.streams, args.seconds)
     truth = {sp.stream_id: sp for sp in specs}
-    with light_worker("bench") as s:
+    with light_worker("bench", broker=args.broker) as s:
         sent = asyncio.run(_publish_paced(s, specs, args.speed))
 
         def done(o: Outputs) -> bool:
@@ -109,10 +111,12 @@ def main() -> int:
         for m in err:
             err[m].append(abs(w["offsets_ms"][m] - true_ms[m]))
             base[m].append(abs(true_ms[m]))
+    late = Counter(str(x.get("modality")) for x in out.late)
     print(f"{len(specs)} streams x {args.seconds:.0f} s at 25 fps, audio skew -500..+500 ms, "
           f"drift 20 ms/min, text skew -skew/2, jitter +-20 ms, dropout 2%; "
           f"{sent} events, {len(out.windows)} windows, accounted {out.accounted}/{sent}, "
-          f"late {len(out.late)}")
+          f"late {len(out.late)}"
+          + (f" ({', '.join(f'{m} {n}' for m, n in sorted(late.items()))})" if late else ""))
     print(f"\n|offset error| ms over windows after {args.warmup:.0f} s of media")
     print(f"{'modality':10}{'windows':>9}{'median':>9}{'p95':>9}{'max':>9}"
           f"{'base med':>10}{'base p95':>10}{'med ratio':>11}")

@@ -15,7 +15,15 @@ A modality is active while it has been heard from within ``idle_s`` of wall
 time. A silent one (or one never heard from) keeps holding the watermark until
 it is *idle*, which the :class:`app.align.progress.ProgressView` decides: in a
 worker, when the input partition it arrives on has been processed to its end
-(progress marks: slow is not idle); without marks, ``idle_s`` of silence. When
+(progress marks: slow is not idle); without marks, ``idle_s`` of silence. A
+modality never heard from for a stream is idle no sooner than ``idle_s`` after
+the stream's first record, marks or not: a mark's end is the log's end as its
+agent last fetched it, so a fresh "drained" can predate the stream's first
+records of that modality, already in the log but not fetched yet (a fresh
+worker on the embedded broker sent the first frames and sound of a stream
+whose caption came first late: 7 to 12 of 11,181 in
+``scripts/bench_align.py``). It costs a stream that lacks a modality (no
+captions) up to ``idle_s`` once, at its start. When
 every modality is idle, all open windows close. A record for a window that
 already closed is *late*, except a *replayed* one (consumed again after a
 takeover, not in any emitted window): it joins the oldest window still open.
@@ -258,9 +266,9 @@ class Aligner:
         for m in self.cfg.modalities:
             heard = st.heard.get(m)
             active = heard is not None and now - heard < self.cfg.idle_s
-            if not active and self.progress.drained(
-                    m, self.input_partition(st, m), now,
-                    heard if heard is not None else st.first_seen):
+            if not active and (heard is not None or now - st.first_seen >= self.cfg.idle_s) \
+                    and self.progress.drained(m, self.input_partition(st, m), now,
+                                              heard if heard is not None else st.first_seen):
                 # idle: nothing of it is waiting. But a modality that trails the
                 # reference (captions 2 s behind the speech) has nothing *yet* for the
                 # last stretch of the reference: while the reference runs, wait for that

@@ -100,13 +100,36 @@ def test_a_slow_modality_holds_windows_until_its_input_is_drained():
     assert all(w.counts["image"] == 1 and w.counts["audio"] == 1 for w in got)
 
 
-def test_a_drained_modality_never_heard_does_not_hold():
+def test_a_drained_modality_never_heard_holds_only_idle_s_from_the_streams_start():
     r = AlignRunner(CFG, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
     for i, m in enumerate(("text", "audio")):
         r.on_record(0, i, None, mark(m, 0, 7, 7).encode(), 0.0)  # nothing in their inputs
     got = [w.window_start for k in range(3)
            for w in r.on_record(0, 2 + k, b"s", feat("image", k * 1_000_000, k), 0.0).windows]
-    assert got == [0]  # at once: the watermark is 2 s - 0.2 s, no idle wait
+    assert got == []  # their marks may predate this stream's first captions and sound
+    for i, m in enumerate(("text", "audio")):  # marks keep coming: still nothing
+        r.on_record(0, 5 + i, None, mark(m, 0, 7, 7).encode(), 1.9)
+    assert r.on_tick(1.9).windows == []
+    assert [w.window_start for w in r.on_tick(2.0).windows] == [0]  # idle_s: 2 s - 0.2 s
+
+
+def test_a_fresh_drained_mark_does_not_close_a_new_streams_first_window():
+    """Seen on the embedded broker (scripts/bench_align.py on a fresh worker, 7 to 12 of
+    11,181 late): a stream's first caption was read while the image and audio agents'
+    marks still said "drained" at end 0 (the end as last fetched, before the load); the
+    caption's time closed window 0, and the first frame and sound, read 60 ms later,
+    were late."""
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
+    for i, m in enumerate(("image", "audio", "text")):
+        r.on_record(1, i, None, mark(m, 1, 0, 0).encode(), 0.0)
+    step = r.on_record(1, 3, b"s", feat("text", 1_600_000, 0, part=1), 0.05)
+    assert step.windows == [] and r.on_tick(0.1).windows == []
+    late, off = [], 4
+    for k in range(3):  # the first frames and sound, ts 0, 0.5 s and 1 s
+        for m in ("audio", "image"):
+            late += r.on_record(1, off, b"s", feat(m, k * 500_000, k, part=1), 0.11).late
+            off += 1
+    assert late == []
 
 
 def test_a_stale_drained_mark_does_not_close_what_a_broker_outage_holds_back():

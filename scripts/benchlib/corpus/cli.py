@@ -9,6 +9,7 @@ from pathlib import Path
 from scripts.benchlib.corpus.cases import SETS, select
 from scripts.benchlib.corpus.replay import aligner_config
 from scripts.benchlib.corpus.run import CaseResult, case_line, print_report, run_cases
+from scripts.benchlib.worker import BROKERS
 
 __all__ = ["add_args", "corpus_main"]
 
@@ -26,6 +27,10 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--live-clips", action="store_true",
                    help="the set's real clips (those replayed as they are) through `mmsync "
                         "produce --video --realtime` and a real worker, scored the same way")
+    g.add_argument("--broker", choices=BROKERS, default="tansu",
+                   help="the live runs' broker (without --corpus, or with --live-clips): the "
+                        "embedded one (default) or a local Apache Kafka node as "
+                        "production configures it (`make kafka` once; KAFKA_VERSION)")
     g.add_argument("--max-skew-ms", type=int,
                    help="the aligner's max skew (default: the settings', MMSYNC_MAX_SKEW_MS)")
 
@@ -50,10 +55,11 @@ def corpus_main(args: argparse.Namespace) -> int:
                  and not c.params.get("add_text_ms")]
         print(f"publishing {len(clips)} clips at {args.speed:g}x real time: "
               f"{', '.join(c.name for c in clips)}", flush=True)
-        results, sync = live_clips(clips, args.speed)
+        results, sync = live_clips(clips, args.speed, args.broker)
         for r in results if args.cases else ():
             print(case_line(r))
-        print_report(results, f"{args.set}, live through mmsync produce --video --realtime", cfg)
+        print_report(results, f"{args.set}, live through mmsync produce --video --realtime on "
+                     f"{args.broker}", cfg)
         sync.sort()
         if sync:
             print(f"sync latency ms: p50 {sync[len(sync) // 2]:.1f}  "

@@ -1,6 +1,7 @@
 """Real clips through the product: ``mmsync produce --video --realtime`` into a real worker.
 
-The embedded broker and one light worker are started; each clip case is
+A fresh broker (the embedded one, or Apache Kafka with ``--broker kafka``) and one
+light worker are started; each clip case is
 published by its own ``mmsync produce --video F --srt S --fps N --chunk-ms C
 --realtime`` process (all at once, one stream each, as concurrent live
 sources); the windows read back from ``mm.aligned`` are scored against the
@@ -18,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from app.clients.collect import Outputs, collect
 from app.runtime.process import worker_env
@@ -46,6 +48,17 @@ def _produce(env: dict[str, str], case: Case, speed: float) -> subprocess.Popen[
                             text=True)
 
 
+def _caption(c: dict[str, Any], w: dict[str, Any]) -> tuple[int | None, int, int, float, int]:
+    """A window's caption as the offline replay records it: (seq, ts, aligned ts, conf,
+    ts less the window's text offset); the seq from its trace id (``produce`` ends it
+    with ``:text:<seq>``, the caption's index in the subtitle file)."""
+    tail = str(c.get("trace_id", "")).rsplit(":", 1)[-1]
+    seq = int(tail) if tail.isdigit() else None
+    ts = int(c["ts"])
+    return (seq, ts, int(c["aligned_ts"]), float(c["conf"]),
+            ts - round(float(w["offsets_ms"].get("text", 0.0)) * 1000))
+
+
 def _result(case: Case, out: Outputs, sent: int, wall_s: float) -> CaseResult:
     (st,) = build(case)  # the same events produce sent: for the truth and the oracle
     tr = st.truth
@@ -55,7 +68,8 @@ def _result(case: Case, out: Outputs, sent: int, wall_s: float) -> CaseResult:
         rep.windows.append(Window(
             stream_id=case.name, start_us=int(w["window_start"]), end_us=int(w["window_end"]),
             emitted_s=w["emitted_at"] / 1e6, offsets_ms=dict(w["offsets_ms"]),
-            confidence=dict(w["confidence"]), counts=dict(w["counts"])))
+            confidence=dict(w["confidence"]), counts=dict(w["counts"]),
+            captions=tuple(_caption(c, w) for c in w.get("captions", ()))))
     rep.outcomes = Counter(merged=sum(sum(w["counts"].values()) for w in ours),
                            late=sum(1 for x in out.late if x.get("stream_id") == case.name))
     style = tr.offsets["text"].style if "text" in tr.offsets else None
@@ -64,13 +78,15 @@ def _result(case: Case, out: Outputs, sent: int, wall_s: float) -> CaseResult:
     return CaseResult(case, rep, score_windows(case, tr, wins, lags[case.name]), [], lags, wall_s)
 
 
-def live_clips(cases: Sequence[Case], speed: float = 1.0) -> tuple[list[CaseResult], list[float]]:
-    """Publish every clip case at once through a real worker; (results, sync latencies ms)."""
+def live_clips(cases: Sequence[Case], speed: float = 1.0, broker: str = "tansu"
+               ) -> tuple[list[CaseResult], list[float]]:
+    """Publish every clip case at once through a real worker on a fresh broker of kind
+    ``broker`` (``tansu`` or ``kafka``); (results, sync latencies ms)."""
     bad = [c.name for c in cases if c.kind != "clip" or c.params.get("add_audio_ms")
            or c.params.get("add_text_ms")]
     if bad:
         raise ValueError(f"not publishable as they are (a synthetic case or an added shift): {bad}")
-    with light_worker("corpus") as s:
+    with light_worker("corpus", broker=broker) as s:
         env = {**os.environ, **worker_env(s)}
         t0 = time.monotonic()
         producers = [(c, _produce(env, c, speed)) for c in cases]
