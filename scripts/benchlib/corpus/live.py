@@ -29,7 +29,7 @@ from scripts.benchlib.corpus.clips import clip_paths
 from scripts.benchlib.corpus.oracle import oracle
 from scripts.benchlib.corpus.replay import Replay, Window
 from scripts.benchlib.corpus.run import CaseResult
-from scripts.benchlib.corpus.score import score_windows
+from scripts.benchlib.corpus.score import score_captions, score_windows
 from scripts.benchlib.corpus.synth import START_US
 from scripts.benchlib.worker import light_worker
 
@@ -75,7 +75,9 @@ def _result(case: Case, out: Outputs, sent: int, wall_s: float) -> CaseResult:
     style = tr.offsets["text"].style if "text" in tr.offsets else None
     lags = {case.name: oracle(st.events, tr.start_us, tr.seconds, text_style=style)}
     wins = [(w.start_us, w.end_us, w.offsets_ms, w.confidence) for w in rep.windows]
-    return CaseResult(case, rep, score_windows(case, tr, wins, lags[case.name]), [], lags, wall_s)
+    caps = score_captions(case, tr, (c for w in rep.windows for c in w.captions))
+    return CaseResult(case, rep, score_windows(case, tr, wins, lags[case.name]), caps, lags,
+                      wall_s)
 
 
 def live_clips(cases: Sequence[Case], speed: float = 1.0, broker: str = "tansu"
