@@ -66,12 +66,12 @@ _STEADY_MIN = 4
 #: recent ones are just four, and three ASR delays within 80 ms of one shift (talking-07 of
 #: the tune set: 2.1 to 2.2 s) put a stream's last captions on the offset, 300 ms off.
 _STEADY_CONFIRM = 4
-#: The captions' offset confidence from which they count as sharing one shift: ASR
-#: captions' stays under it (1% of windows on the tune set), subtitles' mostly over (75%).
-_STEADY_TEXT_CONF = 0.5
 #: ... and, once they did share one, they are taken not to after this many (a subtitled
 #: clip's 27 captions went to the alignment for three rounds, 1.8 s off; tune set)
 _ASR_CONFIRM = 2
+#: The captions' offset confidence from which they count as sharing one shift: ASR
+#: captions' stays under it (1% of windows on the tune set), subtitles' mostly over (75%).
+_STEADY_TEXT_CONF = 0.5
 #: A caption the alignment places with less confidence than this keeps the stream's
 #: caption offset: two segments tie for it (music's beats read as speech put the last
 #: captions of two subtitled clips 1.9 s off at confidence 0.005; tune set).
@@ -278,8 +278,8 @@ class CaptionPlacer:
         self.steady = True
         #: captions added so far
         self.seen = 0
-        #: since the last verdict "each its own delay": new captions in a row that shared one
-        #: shift, and the ``seen`` of the last of them
+        #: new captions in a row whose test said the opposite of the verdict, the ``seen``
+        #: of the last of them, and whether there is a verdict yet (:meth:`_verdict`)
         self._votes = 0
         self._voted_at = 0
         self._decided = False
@@ -341,9 +341,13 @@ class CaptionPlacer:
         Captions are placed one by one only once they are known not to share one shift:
         at least ``_STEADY_MIN`` of them heard and :func:`one_shift` fitting fewer than
         ``_STEADY_SHARE`` (ASR: each its own delay; :func:`align_captions`, wide around
-        ``asr_delay_us``, none before its speech). Captions that share one (subtitles), or
-        too few to tell, are left to the stream's caption offset (``placed`` drops them;
-        the aligner places them by that offset). Measured on the tune set: speech starts
+        ``asr_delay_us``, none before its speech), the verdict changing only as
+        :meth:`_verdict` says. Captions that share one (subtitles: also whenever the
+        caption offset's confidence ``text_conf`` is at least ``_STEADY_TEXT_CONF``), too
+        few to tell, those the alignment ties on, and all while the sound's offset is
+        unknown (``audio_conf`` under ``_PLACE_MIN_AUDIO_CONF``), are left to the stream's
+        caption offset (``placed`` drops them; the aligner places them by that offset).
+        Measured on the tune set: speech starts
         found in the level were later and less steady than the offset the lag tracker finds
         for subtitles, and placing the first three captions of a stream one by one put
         subtitles' p95 from 0.5 s to 1.3 s (ASR's first three cost them less).
@@ -361,7 +365,7 @@ class CaptionPlacer:
             # music's beats many segments of none: both failed the test below, and their
             # captions went to the alignment, up to 1.9 s off; tune set). No need to wait
             # for votes: the tracker's confidence is itself the sum of many captions
-            self.steady, self._votes = True, 0
+            self.steady, self._votes, self._decided = True, 0, True
         elif self.seen >= _STEADY_MIN and not math.isnan(share):
             # too few heard to tell (NaN) keeps the verdict
             self.steady = self._verdict(share >= _STEADY_SHARE)
