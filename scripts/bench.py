@@ -64,7 +64,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
 from app.clients.produce import Record, paced, publish  # noqa: E402
-from app.kafka.apache import DEFAULT_KAFKA_VERSION, KafkaNode  # noqa: E402
+from app.kafka.apache import KafkaNode  # noqa: E402
 from app.kafka.clients import consume, wait_for_broker  # noqa: E402
 from app.kafka.embedded import EmbeddedBroker  # noqa: E402
 from app.kafka.topics import ALL_TOPICS, ensure_topics  # noqa: E402
@@ -79,6 +79,7 @@ from schemas.codec import decode_map  # noqa: E402
 from scripts.benchlib import alerts as bench_alerts  # noqa: E402
 from scripts.benchlib.loadgen import Item, MixSpec, mix, scaled  # noqa: E402
 from scripts.benchlib.naive import NAIVE_TOPIC  # noqa: E402
+from scripts.benchlib.worker import fresh_broker  # noqa: E402
 
 console = Console()
 _CLK = os.sysconf("SC_CLK_TCK")
@@ -465,10 +466,7 @@ def _raw_onnx(tmp: Path, seconds: float, batch: int, precision: str = "fp32"
 
 async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progress
                  ) -> dict[str, Any]:
-    broker: EmbeddedBroker | KafkaNode = (
-        KafkaNode(version=os.environ.get("KAFKA_VERSION") or DEFAULT_KAFKA_VERSION,
-                  log_path=tmp / f"broker-{kind}.log") if args.broker == "kafka"
-        else EmbeddedBroker(log_path=tmp / f"broker-{kind}.log"))
+    broker = fresh_broker(args.broker, tmp / f"broker-{kind}.log")
     with broker:
         s0 = Settings(broker=broker.url, broker_embedded=isinstance(broker, EmbeddedBroker),
                       topic_prefix=f"b{kind[0]}", partitions=8)

@@ -310,9 +310,9 @@ class Aligner:
             # go down to 0) may move later once it is heard, so its window waits for that.
             # Placed on the speech heard so far, a caption 0.5 s behind its words went 1.5 s
             # early, at confidence 1, its window closed before the next round (tune asr-01)
-            heard = st.newest["audio"] - self.offset_us_of(st, "audio")
+            sound_to = st.newest["audio"] - self.offset_us_of(st, "audio")  # reference clock
             marks.extend(self.caption_place(st, r)[0] for r in st.pending
-                         if r.modality == "text" and r.ts + _CAPTION_SETTLE_US > heard)
+                         if r.modality == "text" and r.ts + _CAPTION_SETTLE_US > sound_to)
         return min(marks) if marks else math.inf
 
     def offset_us_of(self, st: StreamState, modality: str) -> int:

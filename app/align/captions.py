@@ -80,6 +80,8 @@ _PLACE_MIN_CONF = 0.1
 _PLACE_MIN_AUDIO_CONF = 0.1
 #: A segment ending this close to the end of the sound heard may still go on, us.
 _OPEN_END_US = 2 * BIN_US
+#: An ASR caption runs up to this long past its words, us: its duration less it is theirs.
+_CAPTION_TAIL_US = 150_000
 #: Confidence of a caption placed inside a segment (split from the one before).
 _SPLIT_CONF = 0.45
 #: ... when that segment goes on at least this long after the first caption's words, us
@@ -146,7 +148,7 @@ def speech_segments(env_db: np.ndarray, first_bin: int) -> list[Segment]:
 def _features(caps: Sequence[Cap], segs: Sequence[Segment], delay_us: float, time_scale: float,
               dur_scale: float) -> tuple[np.ndarray, np.ndarray]:
     # the caption's duration runs up to 300 ms past its words (ASR): its middle is matched
-    a = np.array([[(c.ts_us - delay_us) / time_scale, (c.dur_us - 150_000) / dur_scale]
+    a = np.array([[(c.ts_us - delay_us) / time_scale, (c.dur_us - _CAPTION_TAIL_US) / dur_scale]
                   for c in caps], dtype=np.float64)
     b = np.array([[s.start_us / time_scale, s.dur_us / dur_scale] for s in segs],
                  dtype=np.float64)
@@ -182,7 +184,7 @@ def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: fl
         # its end is not known yet: measured as heard, the newest words' segment looked as
         # short as the one before and their caption went there, 1.5 s early at confidence
         # 1 (tune asr-01)
-        words = caps[-1].dur_us - 150_000
+        words = caps[-1].dur_us - _CAPTION_TAIL_US
         if segs[-1].dur_us < words:
             segs = [*segs[:-1], Segment(segs[-1].start_us, segs[-1].start_us + words)]
     a, b = _features(caps, segs, delay_us, time_scale_us, dur_scale_us)
@@ -203,12 +205,15 @@ def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: fl
         margin = float(rest.min() - row[j]) if len(rest) else math.inf
         conf = 1.0 - math.exp(-margin / MARGIN_SCALE) if math.isfinite(margin) else 1.0
         out.append(Placed(speech_us=segs[j].start_us, conf=conf, segment=j))
+    def words_end(i: int, p: Placed) -> float:  # where caption i, placed at p, stops speaking
+        return p.speech_us + max(0.0, caps[i].dur_us - _CAPTION_TAIL_US)
+
     # two captions on one segment: the later one was split from the earlier, and its
     # words start where the earlier caption's end (its duration, less its tail)
     for i in range(1, n):
         prev, cur = out[i - 1], out[i]
         if prev is not None and cur is not None and cur.segment == prev.segment:
-            at = prev.speech_us + max(0.0, caps[i - 1].dur_us - 150_000)
+            at = words_end(i - 1, prev)
             out[i] = Placed(speech_us=min(at, segs[cur.segment].end_us),
                             conf=min(cur.conf, _SPLIT_CONF), segment=cur.segment)
     # a caption with no segment in its band whose words may go on the segment of the one
@@ -219,7 +224,7 @@ def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: fl
         if out[i] is not None or prev is None:
             continue
         seg = segs[prev.segment]
-        at = prev.speech_us + max(0.0, caps[i - 1].dur_us - 150_000)
+        at = words_end(i - 1, prev)
         if (at + _SPLIT_REST_US <= seg.end_us
                 and lo_us <= caps[i].ts_us - at <= hi_us + _SPLIT_REST_US):
             out[i] = Placed(speech_us=at, conf=min(prev.conf, _SPLIT_CONF), segment=prev.segment)
@@ -367,10 +372,8 @@ class CaptionPlacer:
             # for votes: the tracker's confidence is itself the sum of many captions
             self.steady, self._votes, self._decided = True, 0, True
         elif self.seen >= _STEADY_MIN and not math.isnan(share):
-            # too few heard to tell (NaN) keeps the verdict
+            # too few heard to tell (NaN) keeps the verdict (one shift until _STEADY_MIN)
             self.steady = self._verdict(share >= _STEADY_SHARE)
-        elif self.seen < _STEADY_MIN:
-            self.steady = True
         if self.steady or audio_conf < _PLACE_MIN_AUDIO_CONF:
             # (where the sound's offset is not known at all, neither is where its speech
             # lies on the picture's clock: music whose beats read as speech put subtitled

@@ -17,7 +17,7 @@ from app.kafka.topics import ensure_topics
 from app.runtime.process import spawn_worker, stop_process, worker_env
 from app.settings import Settings
 
-__all__ = ["BROKERS", "light_worker"]
+__all__ = ["BROKERS", "fresh_broker", "light_worker"]
 
 #: ``--broker`` choices: the embedded Tansu (with its workarounds) or a local Apache Kafka
 #: node as production configures it (auto-creation off; ``make kafka`` once,
@@ -25,18 +25,25 @@ __all__ = ["BROKERS", "light_worker"]
 BROKERS = ("tansu", "kafka")
 
 
+def fresh_broker(kind: str, log_path: Path) -> EmbeddedBroker | KafkaNode:
+    """A broker of kind ``kind`` (one of :data:`BROKERS`), not started: the embedded Tansu,
+    or a local Apache Kafka node as production configures it (``KAFKA_VERSION`` picks the
+    fetched version)."""
+    if kind not in BROKERS:
+        raise ValueError(f"broker must be one of {BROKERS}, not {kind!r}")
+    if kind == "kafka":
+        return KafkaNode(version=os.environ.get("KAFKA_VERSION") or DEFAULT_KAFKA_VERSION,
+                         log_path=log_path)
+    return EmbeddedBroker(log_path=log_path)
+
+
 @contextlib.contextmanager
 def light_worker(prefix: str, partitions: int = 4, broker: str = "tansu") -> Iterator[Settings]:
     """A fresh broker of kind ``broker`` with the topics made and one worker (light
     models) that had time to join its group; yields the settings to publish and collect
     with. The worker and the broker are stopped, and their files removed, on the way out."""
-    if broker not in BROKERS:
-        raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
     with tempfile.TemporaryDirectory(prefix=f"mmsync-{prefix}-") as tmp:
-        node: EmbeddedBroker | KafkaNode = (
-            KafkaNode(version=os.environ.get("KAFKA_VERSION") or DEFAULT_KAFKA_VERSION,
-                      log_path=Path(tmp) / "broker.log") if broker == "kafka"
-            else EmbeddedBroker(log_path=Path(tmp) / "broker.log"))
+        node = fresh_broker(broker, Path(tmp) / "broker.log")
         with node:
             s = Settings(broker=node.url, broker_embedded=isinstance(node, EmbeddedBroker),
                          topic_prefix=prefix, partitions=partitions,
