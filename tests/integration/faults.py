@@ -23,6 +23,7 @@ from app.clients.produce import Record, paced, publish
 from app.clients.synth import SynthSpec, synth_events
 from app.kafka.clients import default_partition
 from schemas.events import encode_event
+from tests.integration.lost import where_lost
 
 __all__ = ["LiveRun", "all_emitting", "held", "metric", "specs", "stream_ids"]
 
@@ -112,6 +113,8 @@ class LiveRun:
         #: stream -> monotonic arrival times of its windows (replays included)
         self.arrivals: dict[str, list[float]] = defaultdict(list)
         self.out: Outputs | None = None
+        #: where the inputs no output names were lost (finish() asks when there are any)
+        self.lost_report = ""
         self._pub: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[Outputs] | None = None
 
@@ -175,6 +178,9 @@ class LiveRun:
             self.stop.set()
             self._reader.cancel()
             await asyncio.gather(self._pub, self._reader, return_exceptions=True)
+        lost = self.sources - self.out.inputs
+        if lost:
+            self.lost_report = await where_lost(self.s, lost)
         return self.out
 
     async def cancel(self) -> None:
@@ -212,6 +218,7 @@ class LiveRun:
         assert len(self.sources) == total
         assert not out.dlq, out.dlq[:3]
         assert not out.shrunk, f"window ids re-emitted with fewer inputs: {out.shrunk[:3]}"
-        assert out.accounted == total and out.accounted_newest == total, self.pl.logs()
+        assert out.accounted == total and out.accounted_newest == total, (
+            f"{self.lost_report}\n{self.pl.logs()}")
         assert late <= LATE_SHARE_MAX * total, f"{late} late inputs of {total}"
         return lines
