@@ -111,12 +111,16 @@ def register(rt: Runtime) -> AlignRunner:
     async def agent(stream: Any) -> None:
         async for event in stream.noack().events():
             msg = event.message
-            events[(msg.partition, msg.offset)] = event
+            # a rebalance may come while the outputs are read back: then this record is
+            # stale, and the runner ignores it (AlignRunner.on_record)
+            epoch = runner.epoch(msg.partition)
             ts_ms = int(msg.timestamp * 1000) if msg.timestamp else 0
             if msg.partition in to_restore:
                 await restore(ts_ms or int(time.time() * 1000))
+            if runner.epoch(msg.partition) == epoch:
+                events[(msg.partition, msg.offset)] = event
             await publish(runner.on_record(msg.partition, msg.offset, msg.key, msg.value,
-                                           time.time(), ts_ms))
+                                           time.time(), ts_ms, epoch=epoch))
 
     async def idle_flush() -> None:
         await publish(runner.on_tick(time.time()))

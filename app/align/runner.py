@@ -94,13 +94,29 @@ class AlignRunner:
         self._restored: dict[int, set[Source]] = {}
         #: features partition -> wall ms of its restore: a record made before it is a replay
         self._replay_before_ms: dict[int, int] = {}
+        #: features partition -> how often it was revoked (:meth:`epoch`)
+        self._epochs: dict[int, int] = {}
 
     # -- input -------------------------------------------------------------
+    def epoch(self, partition: int) -> int:
+        """How often ``partition`` was revoked: taken when a record is consumed and given
+        back to :meth:`on_record`, it tells a record consumed before a revoke."""
+        return self._epochs.get(partition, 0)
+
     def on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                  now: float, timestamp_ms: int = 0) -> Step:
+                  now: float, timestamp_ms: int = 0, *, epoch: int | None = None) -> Step:
         """One consumed record of the features topic, ``now`` the wall-clock time it
-        arrived (s), ``timestamp_ms`` its Kafka timestamp (when it was made)."""
+        arrived (s), ``timestamp_ms`` its Kafka timestamp (when it was made).
+
+        ``epoch`` (:meth:`epoch` when it was consumed): a record whose partition was
+        revoked since is ignored, neither placed nor acked. Whoever holds the partition
+        now (this worker again, perhaps) replays it from the committed offset. Placed,
+        it would count as the newest of its input and make the replayed records before it
+        duplicates, never emitted. That was seen: 163 inputs, a stream's first 4.5 s, lost
+        when a rebalance came while the agent read the outputs back for that record."""
         step = Step()
+        if epoch is not None and epoch != self.epoch(partition):
+            return step
         self._acks.hold(partition, offset)
         try:
             rec = decode_features(value)
@@ -214,6 +230,7 @@ class AlignRunner:
         for p in gone:
             self._restored.pop(p, None)
             self._replay_before_ms.pop(p, None)
+            self._epochs[p] = self.epoch(p) + 1
         return sids
 
     def evict_idle(self, now: float) -> list[str]:

@@ -75,6 +75,25 @@ def test_revoke_forgets_streams_and_their_offsets():
     assert r.waiting_acks() == 0 and r.open_records() == 0
 
 
+def test_a_record_consumed_before_a_revoke_is_ignored_and_its_prefix_replayed_whole():
+    """The agent takes a record, reads the outputs back for it, and a rebalance revokes
+    and gives back its partition meanwhile (seen under joins and leaves: a stream's
+    first 163 inputs lost). Placed, the stale record (input offset 40) made the replayed
+    inputs 0-39 duplicates, never emitted; ignored, the replay merges them all."""
+    r = runner()
+    epoch = r.epoch(5)
+    r.revoke([5])  # ... and assigned again, to be replayed from the committed offset
+    stale = r.on_record(5, 40, b"a", feat("a", "audio", 4_000_000, 40), 0.0, epoch=epoch)
+    assert stale.outcomes == [] and stale.acks == {} and r.waiting_acks() == 0
+    for off in range(41):
+        step = r.on_record(5, off, b"a", feat("a", "audio", off * 100_000, off), 0.0,
+                           epoch=r.epoch(5))
+        assert step.outcomes == [("audio", "merged")]
+    step = r.on_tick(10.0)
+    assert sum(w.counts["audio"] for w in step.windows) == 41
+    assert step.acks == {5: list(range(41))}
+
+
 def test_window_stages_carry_end_to_end_latency():
     r = runner(now=100.0)
     r.on_record(0, 0, b"a", feat("a", "image", 100_000, 0, kafka_ts_ms=99_000), 0.0)
