@@ -183,7 +183,6 @@ async def test_broker_restart_mid_run_worker_survives(tmp_path: Path) -> None:
         broker.stop()
 
 
-
 async def test_a_consumer_out_of_its_group_commits_nothing(tmp_path: Path) -> None:
     """app.kafka.commitguard, as the worker installs it, on the scene it is for: a group
     consumer joined, the embedded broker restarted (in memory: the group and its offsets
