@@ -22,6 +22,7 @@ from app.alerts.publish import AlertPublisher
 from app.consumed import RawMsg
 from app.features.pipeline import FeaturePipeline
 from app.features.progress import InputProgress
+from app.kafka import commitguard
 from app.runtime.delivery import DeliveryError, Record, Send, deliver
 from app.runtime.faust_app import Runtime
 from app.runtime.offsets import highwaters
@@ -63,6 +64,12 @@ def register(rt: Runtime, modality: str) -> None:
 
     rt.loaders[modality] = load
 
+    def extract(msgs: list[RawMsg]) -> list[Any]:
+        """The batch's feature records and dead letters, in the modality's thread."""
+        if modality == "image" and s.drill_extract_s > 0:
+            time.sleep(s.drill_extract_s)  # a fault drill: a slow model
+        return pipeline.process(modality, msgs)
+
     async def agent(stream: Any) -> None:
         loop = asyncio.get_running_loop()
         pool = rt.pool(modality)
@@ -70,7 +77,8 @@ def register(rt: Runtime, modality: str) -> None:
         stage = {name: m.stage.labels(name) for name in ("queue", "decode", "model", "cache")}
         level = m.degradation.labels(modality)
         level.set(0)
-        async for batch in stream.take_events(s.batch_max, within=within):
+
+        async def handle(batch: list[Any]) -> None:
             msgs = [_raw(e) for e in batch]
             m.batch_size.observe(len(msgs))
             # A caption's alert needs only a term match: decided and sent before any
@@ -81,7 +89,7 @@ def register(rt: Runtime, modality: str) -> None:
                 alerted = asyncio.create_task(deliver(
                     alerts.sends(early, pipeline.degrader.level), on_failure=rt.send_failed))
             t0 = time.perf_counter()
-            outs = await loop.run_in_executor(pool, pipeline.process, modality, msgs)
+            outs = await loop.run_in_executor(pool, extract, msgs)
             m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
             level.set(pipeline.degrader.level)
             # the other alerts first: their sends start before the features' (an alert
@@ -95,12 +103,26 @@ def register(rt: Runtime, modality: str) -> None:
                     for name, secs in out.stages.items():
                         stage[name].observe(secs)
                     sends.append(Record(features, out.stream_id.encode(), out.encode()))
-            # the batch is acked (next iteration) only once the broker has its outputs
+            # the batch is acked (when the loop moves on) only once the broker has its outputs
             await deliver(sends, on_failure=rt.send_failed)
             if alerted is not None:
                 await alerted
             for msg in msgs:
                 progress.processed(msg.partition, msg.offset)
+
+        async for batch in stream.take_events(s.batch_max, within=within):
+            try:
+                await handle(batch)
+            except BaseException as exc:
+                # take_events acks the batch in a finally, whatever ended the loop (a
+                # shutdown, a DeliveryError): held, it is never committed by this worker,
+                # and whoever holds its partition next consumes it again (commitguard)
+                held = commitguard.hold(rt.app.consumer, batch)
+                log.log(logging.INFO if isinstance(exc, asyncio.CancelledError)
+                        else logging.WARNING,
+                        "a %s batch of %d not finished (%r): held, not committed",
+                        modality, held, exc)
+                raise
 
     async def send_marks() -> None:
         consumer = rt.app.consumer

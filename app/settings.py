@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     drill_image_load_s: float = Field(
         default=0.0, ge=0, le=600, description="fault drill only: the image models take this"
         " much longer to load, s; 0 outside drills and tests")
+    drill_extract_s: float = Field(
+        default=0.0, ge=0, le=600, description="fault drill only: each batch of frames takes"
+        " this much longer in the image models, s; 0 outside drills and tests")
     max_skew_ms: int = Field(default=1000, ge=10, le=10_000,
                              description="largest skew of the audio (and lead of the captions)"
                              " the estimate searches, ms")

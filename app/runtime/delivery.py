@@ -12,9 +12,9 @@ delivery like any other, never an exception out of the agent (issue 23). Each
 failed try is reported to ``on_failure`` (the worker counts it in
 ``mmsync_send_errors_total{topic,reason}``) and logged with the topic and
 partition. A broker away longer than the retries raises
-:class:`DeliveryError`: the agent stops acking (Faust restarts it), and what
-it had not acked is consumed again after the next rebalance or restart: at
-least once.
+:class:`DeliveryError`: the agent holds what it had not finished (never
+committed: ``app.kafka.commitguard.hold``) and Faust restarts it; that is
+consumed again after the next rebalance or restart: at least once.
 """
 
 from __future__ import annotations

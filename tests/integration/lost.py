@@ -4,7 +4,8 @@ A fault test that finds inputs neither merged, late nor dead-lettered asks this
 before it fails: the features topic is read back from its start, and each lost
 input is named with the feature record made from it (then the aligner lost it)
 or without one (then its feature agent never read it, or its send was lost).
-Only a diagnostic for an assertion's message; it asserts nothing itself. The read
+``where_lost`` is only a diagnostic for an assertion's message; ``feature_inputs``
+gives the inputs read back, for a test to assert on. The read
 stops after 2 s without a record (the embedded broker under-reports end offsets, so
 there is no end to read to): on a large topic "no feature record" may mean only that
 the read stopped before it.
@@ -19,20 +20,25 @@ from app.kafka.clients import consume
 from app.settings import Settings
 from schemas.features import FeatureRecord, ProgressMark, decode_features
 
-__all__ = ["where_lost"]
+__all__ = ["feature_inputs", "where_lost"]
 
 #: at most this many lost inputs are named one by one (the rest counted)
 _NAMED = 12
 
 
-async def where_lost(s: Settings, lost: Iterable[tuple[str, int, int]],
-                     timeout_s: float = 20.0) -> str:
-    """One line per lost input (modality, input partition, input offset): the features
-    partition and offset of its feature record, or "no feature record"; then the
-    feature records and progress marks the topic held in all."""
-    want = sorted(set(lost))
-    if not want:
-        return "nothing lost"
+async def feature_inputs(s: Settings, *, until: set[tuple[str, int, int]] | None = None,
+                         timeout_s: float = 20.0) -> set[tuple[str, int, int]]:
+    """The inputs (modality, input partition, input offset) that ``mm.features`` holds a
+    feature record of, read from its start until ``until`` are all found, ``timeout_s``
+    passes, or (without ``until``) 2 s pass without a record."""
+    found = await _read_features(s, timeout_s, until)
+    return set(found[0])
+
+
+async def _read_features(s: Settings, timeout_s: float,
+                         until: set[tuple[str, int, int]] | None = None
+                         ) -> tuple[dict[tuple[str, int, int], list[tuple[int, int]]],
+                                    dict[str, int]]:
     found: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
     counts = {"features": 0, "marks": 0, "undecodable": 0}
 
@@ -49,8 +55,24 @@ async def where_lost(s: Settings, lost: Iterable[tuple[str, int, int]],
             key = (rec.modality, rec.src_partition, rec.src_offset)
             found.setdefault(key, []).append((m.partition, m.offset))
 
-    try:
+    if until is None:
         await consume(s, [s.topic("features")], handle, timeout_s=timeout_s, idle_polls=10)
+    else:
+        await consume(s, [s.topic("features")], handle, timeout_s=timeout_s,
+                      until=lambda: until.issubset(found))
+    return found, counts
+
+
+async def where_lost(s: Settings, lost: Iterable[tuple[str, int, int]],
+                     timeout_s: float = 20.0) -> str:
+    """One line per lost input (modality, input partition, input offset): the features
+    partition and offset of its feature record, or "no feature record"; then the
+    feature records and progress marks the topic held in all."""
+    want = sorted(set(lost))
+    if not want:
+        return "nothing lost"
+    try:
+        found, counts = await _read_features(s, timeout_s)
     except Exception as exc:  # noqa: BLE001 - the broker may be the fault under test
         return f"features topic not read back: {exc!r}"
     lines = [f"{len(want)} inputs lost; {s.topic('features')} holds {counts['features']} "

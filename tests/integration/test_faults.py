@@ -20,14 +20,21 @@ import asyncio
 import signal
 import subprocess
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
+from aiokafka.structs import TopicPartition
 
+from app.clients.produce import publish
+from app.clients.synth import SynthSpec, synth_records
+from app.kafka.clients import default_partition
 from app.kafka.topics import ensure_topics
+from app.runtime.offsets import GroupOffsets
 from app.runtime.process import stop_process
 from tests.integration.brokers import ON_BOTH
 from tests.integration.faults import LiveRun, all_emitting, metric, specs, stream_ids
+from tests.integration.lost import feature_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -166,6 +173,44 @@ async def test_a_worker_joins_and_one_leaves_under_load(pipeline):
                        _resumed(resume, "the leave"),
                        _restores(pipeline, survivors)))
     assert resume <= RESUME_MAX_S
+
+
+@ON_BOTH
+async def test_a_worker_stopped_mid_batch_commits_none_of_it(pipeline):
+    """SIGTERM while a batch of frames is in the image model: its features never reached
+    the broker, so the worker must not commit it, and the next worker extracts it. Faust's
+    take_events acks the batch it yielded whatever ends the loop, and the worker's last
+    commit covered it: a join/leave run lost 2 frames of each of 2 partitions so
+    (2026-12-05). The worker holds such a batch (app.kafka.commitguard.hold); without the
+    hold this test finds the batch's partitions committed. A drill makes each batch of
+    frames take 8 s longer, so that the SIGTERM lands inside one."""
+    s = pipeline.settings
+    await ensure_topics(s)
+    slow = pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_DRILL_EXTRACT_S="8")
+    await asyncio.to_thread(pipeline.wait_ready, slow)
+    frames = [r for r in synth_records([SynthSpec(stream_id=sid, seconds=2, fps=5)
+                                        for sid in stream_ids(s.partitions)])
+              if r[0] == "image"]
+    await publish(s, frames, progress=False)
+    deadline = time.monotonic() + 60
+    while metric(pipeline, slow, "mmsync_batch_size_count") < 1:  # a batch is in the drill
+        assert time.monotonic() < deadline, f"no batch taken\n{pipeline.logs()}"
+        await asyncio.sleep(0.1)
+    await asyncio.to_thread(stop_process, slow)  # SIGTERM; the drill ends within 8 s
+    image = [TopicPartition(s.topic("image"), p) for p in range(s.partitions)]
+    offsets = GroupOffsets(s, f"mmsync-{s.topic_prefix}")
+    try:
+        committed = await offsets.committed(image)
+    finally:
+        await offsets.close()
+    assert all(off < 0 for off in committed.values()), (
+        f"the unfinished batch was committed: {committed}\n{pipeline.logs()}")
+
+    pipeline.start_worker(MMSYNC_MODELS="light")
+    per = Counter(default_partition(key, s.partitions) for _, key, _ in frames)
+    want = {("image", p, o) for p, n in per.items() for o in range(n)}
+    got = await feature_inputs(s, until=want, timeout_s=120)
+    assert want <= got, f"{len(want - got)} frames never extracted\n{pipeline.logs()}"
 
 
 @ON_BOTH

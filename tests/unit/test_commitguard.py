@@ -1,0 +1,80 @@
+"""app.kafka.commitguard's hold, on Faust's own commit arithmetic (no broker: the
+consumer state it reads is a handful of dicts; the generation -1 guard is staged on a
+real broker in tests/integration/test_broker_trouble.py)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.transport.consumer import Consumer
+from faust.types import TP
+from faust.types.tuples import ConsumerMessage
+from intervaltree import IntervalTree
+
+from app.kafka import commitguard
+
+TP0 = TP("mm.image", 4)
+
+
+@pytest.fixture(autouse=True)
+def _guarded() -> None:
+    commitguard.install()
+
+
+def _consumer(committed: int, acked: list[int], generation: int = 3) -> Any:
+    acks: defaultdict[TP, list[int]] = defaultdict(list)
+    acks[TP0] = list(acked)
+    index: defaultdict[TP, set[int]] = defaultdict(set)
+    index[TP0] = set(acked)
+    return SimpleNamespace(
+        _acked=acks, _acked_index=index, _gap=defaultdict(IntervalTree),
+        _committed_offset=defaultdict(lambda: None, {TP0: committed}),
+        app=SimpleNamespace(consumer_generation_id=generation),
+        ack=lambda message: pytest.fail(f"offset {message.offset} acked"))
+
+
+def _event(offset: int, generation: int = 3) -> Any:
+    msg = ConsumerMessage(TP0.topic, TP0.partition, offset, 0.0, 0, None, b"k", b"v", None,
+                          generation_id=generation)
+    msg.incref()  # as Faust's conductor does for the one stream that reads the topic
+    return SimpleNamespace(message=msg)
+
+
+def test_faust_commits_past_one_unacked_offset_at_the_head_unless_it_is_held() -> None:
+    # 7 was consumed and never finished; 8-10 were. Faust takes the lone gap at the head
+    # for a compacted offset (faust-streaming issue 606) and commits 11: 7 is lost.
+    c = _consumer(committed=7, acked=[8, 9, 10])
+    assert Consumer._new_offset(c, TP0) == 11
+    c = _consumer(committed=7, acked=[8, 9, 10])
+    assert commitguard.hold(c, [_event(7)]) == 1
+    assert Consumer._new_offset(c, TP0) is None
+    assert sorted(c._acked[TP0]) == [8, 9, 10]  # kept for after the generation
+
+
+def test_a_hold_stops_the_commit_below_it_and_keeps_the_acks_above() -> None:
+    c = _consumer(committed=7, acked=list(range(7, 12)) + [13, 14])
+    commitguard.hold(c, [_event(12), _event(15)])
+    assert Consumer._new_offset(c, TP0) == 12
+    assert sorted(c._acked[TP0]) == [13, 14]
+    c._committed_offset[TP0] = 12  # as the commit of 12 sets it
+    # unguarded, Faust would commit 15 now: 12 is the lone gap at the head again
+    assert Consumer._new_offset(c, TP0) is None
+
+
+def test_a_hold_of_an_earlier_generation_is_ignored() -> None:
+    # After a rebalance the partition is consumed again from the committed offset, which
+    # the hold kept below it: the replayed record is acked anew and commits go on.
+    c = _consumer(committed=7, acked=[7, 8, 9, 10], generation=4)
+    commitguard.hold(c, [_event(8, generation=3)])
+    assert Consumer._new_offset(c, TP0) == 11
+
+
+def test_the_ack_take_events_gives_a_held_message_is_not_the_final_one() -> None:
+    c = _consumer(committed=7, acked=[])
+    ev = _event(7)
+    commitguard.hold(c, [ev])
+    assert ev.message.ack(c) is False  # the consumer's ack (which fails this test) not called
+    assert not ev.message.acked
