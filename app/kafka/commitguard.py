@@ -24,7 +24,7 @@ batch it yielded in a ``finally``, whatever ended the loop: an agent cancelled
 at shutdown (SIGTERM) or on a rebalance, or one that raised (a
 ``DeliveryError``). Its outputs never reached the broker, yet the worker's last
 commit covered it: two image frames of each of two partitions lost when a
-worker left under load (test_faults.py, join/leave, 1 run in 2 with a busy
+worker left under load (test_faults.py, join/leave, 1 run in 3 with a busy
 core, 2026-12-05). :func:`hold` takes one more reference on each message of such
 a batch (``Message.incref``, as Faust's conductor does for a message several
 streams share), so that ack is not the final one; and it notes the lowest held
