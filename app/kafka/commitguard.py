@@ -93,10 +93,10 @@ def _guard_holds() -> None:
     def capped(self: Any, tp: Any) -> int | None:
         held = _held_from(self, tp)
         acked: list[int] = self._acked[tp]
-        if held is None or not any(o >= held for o in acked):
+        beyond = [o for o in acked if o >= held] if held is not None else []
+        if held is None or not beyond:
             return orig(self, tp)
         # Faust's own count over only the acks below the hold; the rest put back after.
-        beyond = [o for o in acked if o >= held]
         acked[:] = [o for o in acked if o < held]
         try:
             return orig(self, tp) if acked else None

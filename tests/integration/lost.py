@@ -5,10 +5,10 @@ before it fails: the features topic is read back from its start, and each lost
 input is named with the feature record made from it (then the aligner lost it)
 or without one (then its feature agent never read it, or its send was lost).
 ``where_lost`` is only a diagnostic for an assertion's message; ``feature_inputs``
-gives the inputs read back, for a test to assert on. The read
-stops after 2 s without a record (the embedded broker under-reports end offsets, so
-there is no end to read to): on a large topic "no feature record" may mean only that
-the read stopped before it.
+gives the inputs read back, for a test to assert on. Unless told which inputs to wait
+for, the read stops after 2 s without a record (the embedded broker under-reports end
+offsets, so there is no end to read to): on a large topic "no feature record" may mean
+only that the read stopped before it.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ async def feature_inputs(s: Settings, *, until: set[tuple[str, int, int]] | None
     """The inputs (modality, input partition, input offset) that ``mm.features`` holds a
     feature record of, read from its start until ``until`` are all found, ``timeout_s``
     passes, or (without ``until``) 2 s pass without a record."""
-    found = await _read_features(s, timeout_s, until)
-    return set(found[0])
+    found, _ = await _read_features(s, timeout_s, until)
+    return set(found)
 
 
 async def _read_features(s: Settings, timeout_s: float,
