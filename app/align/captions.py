@@ -69,15 +69,23 @@ _STEADY_CONFIRM = 4
 #: ... and, once they did share one, they are taken not to after this many (a subtitled
 #: clip's 27 captions went to the alignment for three rounds, 1.8 s off; tune set)
 _ASR_CONFIRM = 2
-#: The captions' offset confidence from which they count as sharing one shift: ASR
-#: captions' stays under it (1% of windows on the tune set), subtitles' mostly over (75%).
+#: The captions' offset confidence from which it votes for one shift (:meth:`_verdict`):
+#: ASR captions' stays under it (1% of windows on the tune set), subtitles' mostly over (75%).
 _STEADY_TEXT_CONF = 0.5
+#: ... and from which it settles the verdict at once. Between the two, a vote: ASR captions'
+#: confidence rose over 0.5 for a round or two among a stream's first 12 captions (tune
+#: asr-19: 0.53 at the fourth, which put its first six back on the offset, 0.5 to 1.5 s
+#: off, after the alignment had placed them within 50 ms), never over 0.8 (max 0.79);
+#: subtitles' is over 0.8 in 69 % of rounds from their eighth caption on (tune set).
+_STEADY_TEXT_SURE = 0.8
 #: A caption the alignment places with less confidence than this keeps the stream's
 #: caption offset: two segments tie for it (music's beats read as speech put the last
 #: captions of two subtitled clips 1.9 s off at confidence 0.005; tune set).
 _PLACE_MIN_CONF = 0.1
 #: ... and every caption does while the sound's offset is this unsure.
 _PLACE_MIN_AUDIO_CONF = 0.1
+#: ... and no verdict is reached while the sound's offset is under this confidence.
+_DECIDE_MIN_AUDIO_CONF = 0.5
 #: A segment ending this close to the end of the sound heard may still go on, us.
 _OPEN_END_US = 2 * BIN_US
 #: An ASR caption runs up to this long past its words, us: its duration less it is theirs.
@@ -119,12 +127,15 @@ class Placed:
     segment: int
 
 
-def speech_segments(env_db: np.ndarray, first_bin: int) -> list[Segment]:
+def speech_segments(env_db: np.ndarray, first_bin: int, *, open_start: bool = False
+                    ) -> list[Segment]:
     """Utterances in a level series (dB per 10 ms bin from ``first_bin``, NaN unknown): runs
     of bins louder than half-way (in dB) between the quiet (10th percentile) and the loud
     (95th), with dips shorter than ``_BRIDGE_BINS`` bridged (the gaps between syllables)
     and runs shorter than ``_MIN_BINS`` dropped. A stretch with less than ``_MIN_RANGE_DB``
-    between quiet and loud has no speech to find."""
+    between quiet and loud has no speech to find. ``open_start``: the sound before the
+    first bin was there but is not given, so a run from the first bin has no known start
+    and is left out."""
     e = np.asarray(env_db, dtype=np.float64)
     known = np.isfinite(e)
     if known.sum() < 10:
@@ -142,7 +153,7 @@ def speech_segments(env_db: np.ndarray, first_bin: int) -> list[Segment]:
         else:
             merged.append([int(a), int(b)])
     return [Segment((first_bin + a) * BIN_US, (first_bin + b) * BIN_US)
-            for a, b in merged if b - a >= _MIN_BINS]
+            for a, b in merged if b - a >= _MIN_BINS and not (open_start and a == 0)]
 
 
 def _features(caps: Sequence[Cap], segs: Sequence[Segment], delay_us: float, time_scale: float,
@@ -240,8 +251,17 @@ def one_shift(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_
     returns (delay us, the share of captions within ``tol_us`` of a start, among those whose
     speech under it has been heard: before ``heard_us``; NaN where fewer than
     ``_STEADY_MIN - 1`` have been: too few to tell)."""
+    d, fits, n = _shift_fit(caps, segs, lo_us=lo_us, hi_us=hi_us, tol_us=tol_us,
+                            heard_us=heard_us)
+    return d, fits / n if n >= _STEADY_MIN - 1 else math.nan
+
+
+def _shift_fit(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_us: float,
+               tol_us: float = _SHIFT_TOL_US, heard_us: float = math.inf
+               ) -> tuple[float, int, int]:
+    """:func:`one_shift`'s delay, how many captions fit it and among how many heard."""
     if not caps or not segs:
-        return 0.0, math.nan
+        return 0.0, 0, 0
     d = np.arange(lo_us, hi_us + 1, BIN_US, dtype=np.float64)
     ts = np.array([c.ts_us for c in caps], dtype=np.float64)
     starts = np.array([s.start_us for s in segs], dtype=np.float64)
@@ -251,8 +271,7 @@ def one_shift(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_
     heard = at + tol_us < heard_us
     miss = np.where(heard, np.minimum(miss, tol_us), tol_us)
     k = int(np.argmin(miss.sum(axis=1)))
-    n = int(heard[k].sum())
-    return float(d[k]), float((miss[k] < tol_us).sum() / n) if n >= _STEADY_MIN - 1 else math.nan
+    return float(d[k]), int((miss[k] < tol_us).sum()), int(heard[k].sum())
 
 
 @dataclass(slots=True)
@@ -299,10 +318,12 @@ class CaptionPlacer:
         self._recent.sort(key=lambda r: r.cap.ts_us)
         newest = self._recent[-1].cap.ts_us
         # the last ``keep`` within ``span_us`` of the newest, but never fewer than it takes
-        # to tell ASR from subtitles
+        # to tell ASR from subtitles, and all the last ``keep`` until that is told (their
+        # windows wait for it: tune asr-13's first caption, dropped here before the verdict
+        # came with its fifth, was never placed, and its split second half took its speech)
         recent = self._recent[-self.keep:]
         self._recent = [r for k, r in enumerate(recent) if r.cap.ts_us >= newest - self.span_us
-                        or k >= len(recent) - _STEADY_MIN]
+                        or k >= len(recent) - _STEADY_MIN or not self._decided]
         self.dirty = True
 
     def _verdict(self, shared: bool) -> bool:
@@ -323,6 +344,11 @@ class CaptionPlacer:
             self._votes = 0
             return shared
         return self.steady
+
+    @property
+    def decided(self) -> bool:
+        """Whether the captions were ever judged (one shift or each its own)."""
+        return self._decided
 
     def forget(self, key: tuple[int, int]) -> None:
         self.placed.pop(key, None)
@@ -360,19 +386,34 @@ class CaptionPlacer:
         self.dirty = False
         if not self._recent or not segs:
             return
+        if not self._decided and audio_conf < _DECIDE_MIN_AUDIO_CONF:
+            # no verdict yet (the first captions' windows wait for it): where the speech lies
+            # on the picture's clock is not known well enough to place them (tune asr-19:
+            # the verdict came at sound confidence 0.38, its first three captions placed
+            # 0.5 to 1.4 s off, where 1.5 s later they were placed within 50 ms)
+            return
         ref = [Segment(s.start_us - audio_offset_us, s.end_us - audio_offset_us) for s in segs]
         caps = [r.cap for r in self._recent]
         heard_to = heard_us - audio_offset_us  # the sound so far, on the reference clock
-        _, share = one_shift(caps, ref, lo_us=lo_us, hi_us=hi_us, heard_us=heard_to)
-        if self.seen >= _STEADY_MIN and text_conf >= _STEADY_TEXT_CONF:
+        _, fits, heard = _shift_fit(caps, ref, lo_us=lo_us, hi_us=hi_us, heard_us=heard_to)
+        share = fits / heard if heard >= _STEADY_MIN - 1 else math.nan
+        if self.seen >= _STEADY_MIN and text_conf >= _STEADY_TEXT_SURE:
             # the lag tracker found one caption offset it is sure of: subtitles, whatever
             # the speech starts say (continuous speech makes one segment of many captions,
             # music's beats many segments of none: both failed the test below, and their
             # captions went to the alignment, up to 1.9 s off; tune set). No need to wait
             # for votes: the tracker's confidence is itself the sum of many captions
             self.steady, self._votes, self._decided = True, 0, True
-        elif self.seen >= _STEADY_MIN and not math.isnan(share):
-            # too few heard to tell (NaN) keeps the verdict (one shift until _STEADY_MIN)
+        elif self.seen >= _STEADY_MIN and text_conf >= _STEADY_TEXT_CONF and self._decided:
+            # fairly sure: a vote for one shift, as the test below would cast it (never the
+            # first verdict: tune asr-19's 0.53 at its fourth caption would be it)
+            self.steady = self._verdict(True)
+        elif self.seen >= _STEADY_MIN and not math.isnan(share) and (
+                self._decided or share < _STEADY_SHARE or fits >= _STEADY_MIN):
+            # too few heard to tell (NaN) keeps the verdict (one shift until _STEADY_MIN), and
+            # the first verdict of one shift needs _STEADY_MIN captions on it: three of four
+            # ASR delays within 80 ms of each other (tune asr-13: 1.18 to 1.25 s) read as
+            # subtitles and put a stream's first four captions on the offset, 0.5-0.9 s off
             self.steady = self._verdict(share >= _STEADY_SHARE)
         if self.steady or audio_conf < _PLACE_MIN_AUDIO_CONF:
             # (where the sound's offset is not known at all, neither is where its speech

@@ -179,6 +179,7 @@ class StreamSkew:
                 continue
             self._est[m] = _Estimate(LagTracker(*cfg.lag_range(m)))
         self._last_update = -1
+        self._first_sound_bin: int | None = None
 
     # -- input -------------------------------------------------------------
     def observe(self, rec: FeatureRecord) -> None:
@@ -200,6 +201,8 @@ class StreamSkew:
             if last >= first:
                 centres = (np.arange(first, last + 1) + 0.5) * BIN_US
                 self._env.put(first, np.interp(centres, t, env))
+                if self._first_sound_bin is None or first < self._first_sound_bin:
+                    self._first_sound_bin = first
             end = rec.ts + len(env) * hop
         elif rec.modality == "text":
             if float(f.get("caption", 1.0)) > 0:
@@ -354,20 +357,30 @@ class StreamSkew:
         est.done_to = max(est.done_to or 0, audio_bin + tr.lo - _SPEECH_TAIL)
 
     # -- for per-caption alignment (app.align.captions) ----------------------
-    def sound_level(self, a_us: int, b_us: int) -> tuple[np.ndarray, int]:
+    def sound_level(self, a_us: int, b_us: int, *, whole: bool = False
+                    ) -> tuple[np.ndarray, int]:
         """The sound's level, dB per 10 ms bin (NaN where unknown), over ``a_us``..``b_us`` on
-        its own clock, and the first bin."""
+        its own clock, and the first bin. ``whole``: all the ring holds (``_TRAIL_US`` more
+        than the horizon), for a stream's first captions."""
         a = a_us // BIN_US
         env = self._env.get(a, max(a, b_us // BIN_US))
         # The captions' placement reads only the last horizon of sound (what this ring
         # held before it kept _TRAIL_US more for a trailing picture): older bins read as
         # unknown. Reading older sound placed stale captions on it (held-out subtitles
-        # p95 48 -> 684 ms on the corpus).
+        # p95 48 -> 684 ms on the corpus). A stream's first captions are the exception
+        # (``whole``): their windows wait for the fourth caption, up to 20 s, and by then
+        # the speech of the first had left the horizon (tune asr-05: its first caption
+        # 1.9 s off; asr-14: its speech's start cut, 0.7 s off at confidence 0.7).
         oldest = (self._sig.newest.get("audio", -1) // BIN_US
                   - (self._horizon_us + self.cfg.segment_us) // BIN_US)
-        if oldest > a:
+        if oldest > a and not whole:
             env[: oldest - a] = np.nan
         return env, a
+
+    @property
+    def first_sound_bin(self) -> int | None:
+        """The first 10 ms bin of the stream's sound (its own clock); None before any."""
+        return self._first_sound_bin
 
     def caption_lag_us(self) -> float:
         """The captions' estimated lag behind the sound (not the picture), us."""

@@ -172,6 +172,61 @@ def test_a_sure_caption_offset_or_an_unknown_sound_offset_leaves_captions_to_the
     assert not cp.placed  # where the speech lies on the picture's clock is not known
 
 
+def test_a_fairly_sure_caption_offset_votes_but_is_never_the_first_verdict():
+    # ASR captions whose offset the lag tracker holds at 0.6 early on (tune asr-19: 0.53 at
+    # its fourth caption): the test of one shift decides, and they are placed one by one
+    asr = _caps(list(range(5, 10)))
+    cp = CaptionPlacer()
+    for k, c in enumerate(asr):
+        cp.add(c.ts_us, c.dur_us, k)
+    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0,
+             text_conf=0.6)
+    assert cp.decided and not cp.steady and len(cp.placed) == 5
+    # decided, the same confidence is one vote per new caption: it takes more than one
+    cp.add(asr[-1].ts_us + 3 * S, int(0.8 * S), 99)
+    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0,
+             text_conf=0.6)
+    assert not cp.steady
+
+
+def test_no_verdict_while_the_sound_offset_is_unsure():
+    asr = _caps(list(range(5, 10)))
+    cp = CaptionPlacer()
+    for k, c in enumerate(asr):
+        cp.add(c.ts_us, c.dur_us, k)
+    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=0.4)
+    assert not cp.decided and not cp.placed  # the aligner holds their windows meanwhile
+    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=0.9)
+    assert cp.decided and sorted(t / S for t, _ in cp.placed.values()) == [
+        a for a, _ in _SPEECH[5:]]
+
+
+def test_one_shift_is_not_the_first_verdict_on_three_captions_of_four():
+    # three ASR captions 1.2 s behind their speech and one 0.4 s: three of four fit one
+    # shift (tune asr-13: 1.18 to 1.25 s), too few to call them subtitles yet
+    speech = [0.5, 2.4, 3.6, 6.5]
+    caps = [Cap(int((a + d) * S), int(0.7 * S)) for a, d in zip(speech, (1.2, 0.4, 1.2, 1.2),
+                                                                   strict=True)]
+    cp = CaptionPlacer()
+    for k, c in enumerate(caps):
+        cp.add(c.ts_us, c.dur_us, k)
+    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0)
+    assert not cp.decided and cp.steady and not cp.placed
+
+
+def test_an_undecided_placer_keeps_its_first_captions_past_the_span():
+    caps = [Cap(int(t * S), int(0.5 * S)) for t in (1.0, 6.0, 12.0, 18.0, 24.0)]
+    cp = CaptionPlacer(keep=8, span_us=10 * S)
+    for k, c in enumerate(caps):
+        cp.add(c.ts_us, c.dur_us, k)
+    span = cp.window(hi_us=int(2.5 * S), lo_us=-1 * S)
+    assert span is not None and span[0] < 1 * S  # all five, though 23 s apart
+    cp._decided = True  # told: only those within the span (and never fewer than four)
+    cp.add(int(30 * S), int(0.5 * S), 9)
+    span = cp.window(hi_us=int(2.5 * S), lo_us=-1 * S)
+    assert span is not None and span[0] > 6 * S
+
+
 def test_speech_segments_from_a_level_series():
     env = np.full(1000, -60.0)  # 10 s of hiss at -60 dB
     for a, b in ((50, 170), (240, 300), (600, 820)):
@@ -182,6 +237,11 @@ def test_speech_segments_from_a_level_series():
     assert [(s.start_us, s.end_us) for s in segs] == [
         (1_500_000, 2_700_000), (3_400_000, 4_000_000), (7_000_000, 9_200_000)]
     assert speech_segments(np.full(500, -60.0), 0) == []  # nothing louder than the floor
+    # the sound before the first bin was there but is not given: the run from the first bin
+    # has no known start
+    cut = speech_segments(env[60:], first_bin=160, open_start=True)
+    assert [(s.start_us, s.end_us) for s in cut] == [(3_400_000, 4_000_000),
+                                                     (7_000_000, 9_200_000)]
 
 
 def test_corpus_asr_case_captions_on_their_speech():

@@ -79,7 +79,8 @@ def test_cases_are_spread_and_a_third_is_held_out_of_every_kind():
     # issue 25: per-caption ASR, delays drawn per caption, both languages, all held out alike
     per_cap = [c for c in CASES if "asr_delay_s" in c.params]
     assert len(per_cap) >= 12 and {c.params["lang"] for c in per_cap} == {"en", "zh"}
-    assert [c.name for c in per_cap if c.held_out] == ["asr-03", "asr-06", "asr-09", "asr-12"]
+    assert [c.name for c in per_cap if c.held_out] == ["asr-03", "asr-06", "asr-09", "asr-12",
+                                                       "asr-15", "asr-18", "asr-21", "asr-24"]
     assert all(c.params["asr_delay_s"] == (0.3, 2.5) for c in per_cap)
     assert {bool(c.params["merge"]) for c in per_cap} == {bool(c.params["split"]) for c in per_cap}
     assert any(c.params["drop"] for c in per_cap)
