@@ -166,6 +166,26 @@ def _features(caps: Sequence[Cap], segs: Sequence[Segment], delay_us: float, tim
     return a, b
 
 
+def _starts(caps: Sequence[Cap], out: Sequence[Placed | None]) -> list[float]:
+    """Where each placed caption's words start, us (NaN: not placed): its segment's start,
+    or for the later of captions on one segment where the words of the one before end."""
+    starts: list[float] = []
+    for i, p in enumerate(out):
+        prev = out[i - 1] if i else None
+        if p is None:
+            starts.append(math.nan)
+        elif prev is not None and prev.segment == p.segment:
+            starts.append(starts[-1] + _words(caps[i - 1]))
+        else:
+            starts.append(p.speech_us)
+    return starts
+
+
+def _words(cap: Cap) -> float:
+    """How long a caption's words last, us: its duration less its tail."""
+    return max(0.0, cap.dur_us - _CAPTION_TAIL_US)
+
+
 def _paths(a: np.ndarray, b: np.ndarray, penalty: float) -> np.ndarray:
     """Accumulated squared cost (n+1 x m+1), the speech side's start and end free."""
     m = len(b)
@@ -198,27 +218,75 @@ def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: fl
         words = caps[-1].dur_us - _CAPTION_TAIL_US
         if segs[-1].dur_us < words:
             segs = [*segs[:-1], Segment(segs[-1].start_us, segs[-1].start_us + words)]
-    a, b = _features(caps, segs, delay_us, time_scale_us, dur_scale_us)
-    fwd = _paths(a, b, penalty)[1:, 1:]
-    bwd = _paths(a[::-1].copy(), b[::-1].copy(), penalty)[1:, 1:][::-1, ::-1]
-    local = np.square(a[:, None, :] - b[None, :, :]).sum(axis=2)
-    total = fwd + bwd - local  # the best path's cost through each cell
-    delays = np.array([[c.ts_us - s.start_us for s in segs] for c in caps])
-    total = np.where((delays >= lo_us) & (delays <= hi_us), total, np.inf)
-    out: list[Placed | None] = []
-    for i in range(n):
-        row = total[i]
-        j = int(np.argmin(row))
-        if not math.isfinite(row[j]):
-            out.append(None)
-            continue
-        rest = np.delete(row, j)
-        margin = float(rest.min() - row[j]) if len(rest) else math.inf
-        conf = 1.0 - math.exp(-margin / MARGIN_SCALE) if math.isfinite(margin) else 1.0
-        out.append(Placed(speech_us=segs[j].start_us, conf=conf, segment=j))
-    def words_end(i: int, p: Placed) -> float:  # where caption i, placed at p, stops speaking
-        return p.speech_us + max(0.0, caps[i].dur_us - _CAPTION_TAIL_US)
 
+    def match(segs: Sequence[Segment], origin: np.ndarray) -> tuple[list[Placed | None], float]:
+        """Each caption's segment and confidence, and the best path's cost."""
+        a, b = _features(caps, segs, delay_us, time_scale_us, dur_scale_us)
+        fwd = _paths(a, b, penalty)[1:, 1:]
+        bwd = _paths(a[::-1].copy(), b[::-1].copy(), penalty)[1:, 1:][::-1, ::-1]
+        local = np.square(a[:, None, :] - b[None, :, :]).sum(axis=2)
+        total = fwd + bwd - local  # the best path's cost through each cell
+        delays = np.array([[c.ts_us - s.start_us for s in segs] for c in caps])
+        total = np.where((delays >= lo_us) & (delays <= hi_us), total, np.inf)
+        got: list[Placed | None] = []
+        for i in range(n):
+            row = total[i]
+            j = int(np.argmin(row))
+            if not math.isfinite(row[j]):
+                got.append(None)
+                continue
+            # the rival is the best segment of another utterance: the parts of one cut below
+            # are one path's, and tie
+            rest = row[origin != origin[j]]
+            margin = float(rest.min() - row[j]) if len(rest) else math.inf
+            conf = 1.0 - math.exp(-margin / MARGIN_SCALE) if math.isfinite(margin) else 1.0
+            got.append(Placed(speech_us=segs[j].start_us, conf=conf, segment=j))
+        return got, float(fwd[-1].min())
+
+    def words_end(i: int, p: Placed) -> float:  # where caption i, placed at p, stops speaking
+        return p.speech_us + _words(caps[i])
+
+    origin = np.arange(len(segs))
+    out, cost = match(segs, origin)
+    # Split-aware (as subtitle synchronisers align): a caption whose words end well inside
+    # its segment, the next caption on a later one, may be the first part of a split
+    # utterance (or of two utterances a bridged dip apart). The segment is cut where its
+    # words end, and the cut kept if the whole alignment costs less: the second part of a
+    # split went to the next utterance at confidence 0.97, 1.3 s off, and pushed the
+    # caption after it off its own (tune asr-02, asr-23).
+    cut = np.zeros(len(segs), dtype=bool)  # segments that begin at a cut, not at speech
+    for _ in range(n):
+        best: tuple[float, list[Segment], np.ndarray, np.ndarray, list[Placed | None]] | None
+        best = None
+        starts = _starts(caps, out)
+        for i in range(n - 1):
+            p, q = out[i], out[i + 1]
+            if p is None or (q is not None and q.segment == p.segment):
+                continue
+            j, seg = p.segment, segs[p.segment]
+            # the next caption's words are the rest of the segment: where the first part's
+            # words end (it may itself be the second part of a split: from where its words
+            # start) and where the next one's begin, counted back from the segment's end,
+            # are two estimates of the cut, each within the caption's tail (0 to 300 ms)
+            first, rest = starts[i] + _words(caps[i]), seg.end_us - _words(caps[i + 1])
+            if (first + _SPLIT_REST_US > seg.end_us or abs(first - rest) > 2 * _CAPTION_TAIL_US
+                    or first - seg.start_us < _MIN_BINS * BIN_US):
+                continue
+            at = (first + rest) / 2
+            trial = [*segs[:j], Segment(seg.start_us, at), Segment(at, seg.end_us),
+                     *segs[j + 1:]]
+            t_origin = np.insert(origin, j + 1, origin[j])
+            t_out, t_cost = match(trial, t_origin)
+            a_, b_ = t_out[i], t_out[i + 1]
+            if (a_ is not None and a_.segment == j and b_ is not None and b_.segment == j + 1
+                    and t_cost < cost - 1e-9 and (best is None or t_cost < best[0])):
+                best = (t_cost, trial, t_origin, np.insert(cut, j + 1, True), t_out)
+        if best is None:
+            break
+        cost, segs, origin, cut, out = best
+    out = [p if p is None or not cut[p.segment]
+           else Placed(speech_us=p.speech_us, conf=min(p.conf, _SPLIT_CONF), segment=p.segment)
+           for p in out]
     # two captions on one segment: the later one was split from the earlier, and its
     # words start where the earlier caption's end (its duration, less its tail)
     for i in range(1, n):

@@ -127,8 +127,29 @@ def test_a_caption_after_a_merged_segment_splits_it_instead_of_falling_back():
             Cap(int(5.2 * S), int(1.1 * S))]
     got = align_captions(caps, segs, delay_us=1.25 * S, lo_us=0.0, hi_us=2.5 * S)
     assert got[0] is not None and got[0].speech_us == 0.5 * S
-    assert got[1] is not None and got[1].speech_us == 1.6 * S and got[1].conf < 0.5
+    # (the cut: where the first caption's words end, 1.6 s, and where the second's begin
+    # counted back from the segment's end, 1.65 s, averaged)
+    assert got[1] is not None and abs(got[1].speech_us - 1.6 * S) <= 50_000
+    assert got[1].conf < 0.5
     assert got[2] is not None and got[2].speech_us == 4.0 * S
+
+
+def test_a_split_utterances_second_part_is_not_put_on_the_next_utterance():
+    # tune asr-02 at 20 s: an utterance 6.58-8.2 s split in two captions (its words 0.84 s,
+    # then 1.06 s), the next utterance at 8.61 s. Segment by segment the second part went to
+    # the next utterance (confidence 0.97, 1.3 s off) and pushed the caption after it off
+    # its own; cut where the first part's words end, each is on its own speech
+    segs = [Segment(0.78 * S, 2.43 * S), Segment(3.99 * S, 5.93 * S), Segment(6.58 * S, 8.2 * S),
+            Segment(8.61 * S, 10.07 * S)]
+    caps = [Cap(int(2.67 * S), int(1.98 * S)), Cap(int(5.4 * S), int(2.21 * S)),
+            Cap(int(7.69 * S), int(0.99 * S)), Cap(int(9.53 * S), int(1.21 * S)),
+            Cap(int(10.42 * S), int(1.84 * S))]
+    got = align_captions(caps, segs, delay_us=1.25 * S, lo_us=0.0, hi_us=2.5 * S)
+    assert all(p is not None for p in got)
+    at = [p.speech_us / S for p in got if p is not None]
+    assert at[:3] == [0.78, 3.99, 6.58] and at[4] == 8.61
+    assert abs(at[3] - 7.3) <= 0.1  # its words start 7.30 s (truth of the corpus case)
+    assert got[3] is not None and got[3].conf < 0.5  # a cut: an estimate, not heard
 
 
 def test_a_segment_still_heard_counts_as_long_as_the_newest_captions_words():
