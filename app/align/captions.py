@@ -84,8 +84,6 @@ _STEADY_TEXT_SURE = 0.8
 _PLACE_MIN_CONF = 0.1
 #: ... and every caption does while the sound's offset is this unsure.
 _PLACE_MIN_AUDIO_CONF = 0.1
-#: ... and no verdict is reached while the sound's offset is under this confidence.
-_DECIDE_MIN_AUDIO_CONF = 0.5
 #: A segment ending this close to the end of the sound heard may still go on, us.
 _OPEN_END_US = 2 * BIN_US
 #: An ASR caption runs up to this long past its words, us: its duration less it is theirs.
@@ -453,12 +451,6 @@ class CaptionPlacer:
         ``heard_us``: how far the sound has come (its clock): speech past it is unknown."""
         self.dirty = False
         if not self._recent or not segs:
-            return
-        if not self._decided and audio_conf < _DECIDE_MIN_AUDIO_CONF:
-            # no verdict yet (the first captions' windows wait for it): where the speech lies
-            # on the picture's clock is not known well enough to place them (tune asr-19:
-            # the verdict came at sound confidence 0.38, its first three captions placed
-            # 0.5 to 1.4 s off, where 1.5 s later they were placed within 50 ms)
             return
         ref = [Segment(s.start_us - audio_offset_us, s.end_us - audio_offset_us) for s in segs]
         caps = [r.cap for r in self._recent]
