@@ -109,7 +109,7 @@ def _placer(caps: list[Cap]) -> CaptionPlacer:
 
 
 def test_placer_places_asr_captions_and_leaves_subtitles_to_the_offset():
-    asr = _caps(list(range(5, 10)))  # it keeps those within 10 s of the newest
+    asr = _caps(list(range(5, 10)))  # five: within 10 s of the newest
     cp = _placer(asr)
     assert not cp.steady
     assert sorted(t / S for t, _ in cp.placed.values()) == [a for a, _ in _SPEECH[5:]]
