@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from app.cache.features import FeatureMemo
 from app.consumed import RawMsg, dead_letter
@@ -155,9 +155,14 @@ class FeaturePipeline:
         delay_s = max(0.0, self._clock() - min(sent) / 1000.0)
         ex.set_level(LEVELS[self.degrader.observe(delay_s, self._monotonic())])
 
-    def _run(self, ex: Extractor, modality: str, events: list[Event]) -> list[Result]:
-        """The batch's results; if the batch raises, each record alone (see the module doc)."""
+    def _run(self, ex: Extractor, modality: str, events: list[Event],
+             scored: Callable[[list[Result]], None] | None = None) -> list[Result]:
+        """The batch's results; if the batch raises, each record alone (see the module doc).
+        ``scored``: the image extractor's early call (:meth:`ImageExtractor.run`); the
+        records run alone make none (their alerts come with their features)."""
         try:
+            if scored is not None and isinstance(ex, ImageExtractor):
+                return ex.run(cast("list[FrameEvent]", events), scored)
             return ex.run(events)
         except Exception:  # noqa: BLE001 - a worker never crashes on data
             log.exception("extractor failed on a %s batch of %d: running them one by one",
@@ -204,8 +209,17 @@ class FeaturePipeline:
             out.append(_record(modality, msg, ev, {"terms": terms}, {}))
         return out
 
-    def process(self, modality: str, msgs: list[RawMsg]) -> list[FeatureRecord | DeadLetter]:
-        """One output per input, in input order."""
+    def process(self, modality: str, msgs: list[RawMsg],
+                on_scored: Callable[[list[FeatureRecord]], None] | None = None
+                ) -> list[FeatureRecord | DeadLetter]:
+        """One output per input, in input order.
+
+        ``on_scored`` (image, full models): called at most once, in this thread, with a
+        record per decoded frame holding what its alert needs (its NSFW score, or
+        ``held``), as soon as every score of the batch exists and before EfficientNet
+        and OCR run (issue 26: a frame alert waited for them). Not called when the
+        batch failed before its scores existed: its alerts then come with
+        :meth:`process`'s records."""
         ex = self.extractor(modality)
         self._degrade(ex, msgs)
         started = self._clock()
@@ -221,7 +235,13 @@ class FeaturePipeline:
         if events:
             t1 = time.perf_counter()
             c1 = self.cache.seconds() if self.cache is not None else 0.0
-            results = self._run(ex, modality, [ev for _, ev, _ in events])
+            scored = None
+            if on_scored is not None:
+                def scored(res: list[Result]) -> None:
+                    on_scored([_record(modality, msgs[i], ev, r, {})
+                               for (i, ev, _), r in zip(events, res, strict=True)
+                               if isinstance(r, dict)])
+            results = self._run(ex, modality, [ev for _, ev, _ in events], scored)
             # The batch ran as one: each item is charged its share.
             cache_s = ((self.cache.seconds() - c1) if self.cache is not None else 0.0)
             model_s = (time.perf_counter() - t1 - cache_s) / len(events)

@@ -72,7 +72,8 @@ def test_levels_sample_image_models_and_drop_text_embedding(pipe, monkeypatch):
     im, tx = pipe.extractor("image"), pipe.extractor("text")
     ran: list[int] = []
     real = im.embed_nsfw
-    monkeypatch.setattr(im, "embed_nsfw", lambda rgbs: (ran.append(len(rgbs)), real(rgbs))[1])
+    monkeypatch.setattr(im, "embed_nsfw",
+                        lambda rgbs, *a: (ran.append(len(rgbs)), real(rgbs, *a))[1])
     frames = [frame_event(chart(20 + i), "lv", i) for i in range(8)]
     im.set_level(LEVELS[1])
     out = im.run(frames)
