@@ -162,6 +162,9 @@ class _Anchor:
     feats: dict[str, Any] = field(default_factory=dict)
     #: taken while the models were off (degradation level 3): it has no scores to lend
     unscored: bool = False
+    #: scored without an embedding (a batch behind: ImageExtractor.embed): no
+    #: embedding to lend once embeddings run again
+    unembedded: bool = False
 
 
 @dataclass(slots=True)
@@ -214,6 +217,9 @@ class ImageExtractor:
         self._streams: LRU[str, _Stream] = LRU(_MAX_STREAMS)
         #: the degradation level's rules (app.features.degrade), see set_level
         self.level: Level = LEVELS[0]
+        #: False: the next batch runs Open-NSFW only, no EfficientNet (a batch behind
+        #: its records; set per batch by FeaturePipeline, MMSYNC_DEGRADE_EMBED_LAG_MS)
+        self.embed = True
         #: content key -> the item of this batch that computes it (reset per batch)
         self._batch: dict[bytes, _Item] = {}
         self.effnet: ModelSession | None = None
@@ -263,13 +269,14 @@ class ImageExtractor:
             self.load_s["rapidocr"] = time.perf_counter() - t0
 
     def embed_nsfw(self, rgbs: list[np.ndarray],
-                   on_scores: Callable[[np.ndarray], None] | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
+                   on_scores: Callable[[np.ndarray], None] | None = None,
+                   embed: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
         """(L2-normalised float32 [N, 1280] embeddings, float32 [N] P(nsfw)).
 
         Open-NSFW runs first and ``on_scores(probs)`` is called as soon as its scores
         exist, before EfficientNet starts: a frame's alert needs only its score (issue
         26: it waited for the embeddings, about a third of a batch's model time).
+        ``embed=False``: Open-NSFW only, the embeddings None.
         """
         self.load()
         effnet, nsfw = self.effnet, self.nsfw
@@ -300,6 +307,11 @@ class ImageExtractor:
             head = fn(rgbs[:h])
             return np.concatenate([head, tail.result()])
 
+        if not embed:
+            probs = split(scores)
+            if on_scores is not None:
+                on_scores(probs)
+            return None, probs
         if cpu and n == 1:
             later = side.submit(embeds, rgbs)
             probs = scores(rgbs)
@@ -335,7 +347,8 @@ class ImageExtractor:
         ocr = lv.ocr and bool(ocr_every) and n % ocr_every == 0
         # a near-duplicate reuses its anchor's features, unless the anchor was never scored
         # (the models were off then) and now they are on: then it is scored itself
-        reusable = prev is not None and (not prev.unscored or lv.image_every == 0)
+        reusable = (prev is not None and (not prev.unscored or lv.image_every == 0)
+                    and not (prev.unembedded and self.embed))
         if (self._dedup and reusable and prev is not None and hamming(ph, prev.phash)
                 <= DUP_MAX_BITS and float(np.mean(np.abs(thumb - prev.thumb))) <= DUP_MAX_CHANGE):
             it = _Item(ev, thumb, ph, light, prev, True, ocr)
@@ -395,16 +408,21 @@ class ImageExtractor:
         if fresh:
             try:
                 emb, probs = self.embed_nsfw([it.rgb for it in fresh if it.rgb is not None],
-                                             early)
+                                             early, self.embed)
             except Exception:
                 for it in fresh:  # an anchor without features must not be reused
                     st = self._streams.get(it.ev.stream_id)
                     if st is not None and st.anchor is it.anchor:
                         st.anchor = None
                 raise
-            for it, e, p in zip(fresh, emb, probs, strict=True):
-                it.anchor.feats = {"nsfw": float(p), "emb": pack_array(e.astype(np.float16))}
+            for i, (it, p) in enumerate(zip(fresh, probs, strict=True)):
                 it.rgb = None  # 196 KB each: not kept past the batch
+                if emb is None:  # scored only: not cached (a hit must bring both)
+                    it.anchor.feats = {"nsfw": float(p)}
+                    it.anchor.unembedded = True
+                    continue
+                it.anchor.feats = {"nsfw": float(p),
+                                   "emb": pack_array(emb[i].astype(np.float16))}
                 it.computed = True
         else:
             early(np.zeros(0, np.float32))  # every score exists already (OCR may not)
@@ -423,7 +441,7 @@ class ImageExtractor:
                 except Exception as exc:  # noqa: BLE001 - OCR is optional: keep the frame
                     log.warning("ocr failed on %s: %s", it.ev.stream_id, exc)
                     it.anchor.feats["ocr"] = ""
-                if it.key is not None and self._cache is not None:
+                if it.key is not None and self._cache is not None and "emb" in it.anchor.feats:
                     self._cache.put("image", it.key, it.anchor.feats)  # now with its text
             elif it.key is not None and self._cache is not None and it.computed:
                 self._cache.put("image", it.key, it.anchor.feats)

@@ -148,11 +148,22 @@ class FeaturePipeline:
         return self.degrader.at(self._monotonic())
 
     def _degrade(self, ex: Extractor, msgs: list[RawMsg]) -> None:
-        """Set the level from how long this batch's oldest record waited (app.features.degrade)."""
+        """Set the level from how long this batch's oldest record waited (app.features.degrade),
+        and whether a frame batch runs EfficientNet at all.
+
+        Issue 26: the level reacts to a backlog 1 s old (``MMSYNC_DEGRADE_LAG_MS``), but a
+        frame alert should come within 300 ms, and a 3x burst outruns both image models at
+        once for its 2 s. A frame batch already ``MMSYNC_DEGRADE_EMBED_LAG_MS`` behind runs
+        Open-NSFW alone (the score an alert needs; EfficientNet is 30 to 40 % of a frame's
+        model time): decided per batch, so the embeddings are back with the first batch
+        that is not behind, and no frame goes unscored for it."""
         sent = [m.timestamp_ms for m in msgs if m.timestamp_ms > 0]
+        delay_s = max(0.0, self._clock() - min(sent) / 1000.0) if sent else 0.0
+        if isinstance(ex, ImageExtractor):
+            lag_s = self.settings.degrade_embed_lag_ms / 1000
+            ex.embed = not (self.degrader.enabled and lag_s > 0 and delay_s > lag_s)
         if not sent:
             return
-        delay_s = max(0.0, self._clock() - min(sent) / 1000.0)
         ex.set_level(LEVELS[self.degrader.observe(delay_s, self._monotonic())])
 
     def _run(self, ex: Extractor, modality: str, events: list[Event],

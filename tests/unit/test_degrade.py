@@ -119,3 +119,23 @@ def test_a_near_duplicate_of_an_unscored_frame_is_scored_once_the_models_are_bac
     assert "nsfw" in on and not on.get("reused")
     (again,) = im.run([frame_event(picture, "back", 80_000)])  # now it may reuse that one
     assert again.get("reused") and again["nsfw"] == on["nsfw"]
+
+
+def test_a_frame_batch_behind_runs_nsfw_only_and_embeds_again_once_caught_up(pipe):
+    """Issue 26: a frame batch more than MMSYNC_DEGRADE_EMBED_LAG_MS (250 ms) behind skips
+    EfficientNet (every frame still scored: no blind frame), decided per batch."""
+    pipe.degrader = Degrader(lag_s=10.0)  # the levels stay at 0: only the embedding rule
+    sent = int(time.time() * 1000) - 400  # 400 ms ago
+    behind = [replace(raw_msg(frame_event(chart(140 + i), "emb", i * 200_000), i),
+                      timestamp_ms=sent) for i in range(3)]
+    out = pipe.process("image", behind)
+    assert all("nsfw" in r.feats and "emb" not in r.feats for r in out)
+    assert pipe.degrader.level == 0
+    # caught up: embeddings again, also for a near-duplicate of a frame scored without one
+    now = int(time.time() * 1000)
+    (dup,) = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(142), "emb", 3 * 200_000), 3), timestamp_ms=now)])
+    assert "emb" in dup.feats and not dup.feats.get("reused")
+    (r,) = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(150), "emb", 4 * 200_000), 4), timestamp_ms=now)])
+    assert "emb" in r.feats
