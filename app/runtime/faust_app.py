@@ -88,7 +88,7 @@ class _App(faust.App):
     """faust.App that can swap in the embedded broker's transport (built lazily, on
     first use of ``app.transport``; the choice is this instance's, made at construction)."""
 
-    def __init__(self, *args: Any, embedded: bool = False, fetch_wait_ms: int = 100,
+    def __init__(self, *args: Any, embedded: bool = False, fetch_wait_ms: int = 20,
                  **kwargs: Any) -> None:
         self._embedded = embedded
         #: the worker consumer's longest fetch wait on the embedded broker, ms
