@@ -67,12 +67,18 @@ def register(rt: Runtime, modality: str) -> None:
 
     rt.loaders[modality] = load
 
-    def extract(msgs: list[RawMsg],
-                on_scored: Callable[[list[FeatureRecord]], None] | None) -> list[Any]:
+    def extract(msgs: list[RawMsg], on_scored: Callable[[list[FeatureRecord]], None] | None,
+                behind: int) -> list[Any]:
         """The batch's feature records and dead letters, in the modality's thread."""
         if modality == "image" and s.drill_extract_s > 0:
             time.sleep(s.drill_extract_s)  # a fault drill: a slow model
-        return pipeline.process(modality, msgs, on_scored)
+        return pipeline.process(modality, msgs, on_scored, behind)
+
+    def behind(consumer: Any, batch: int) -> int:
+        """Records fetched into the input partitions and not processed, less the batch's."""
+        mine = [tp for tp in consumer.assignment() if tp.topic == source]
+        ends = {tp.partition: end for tp, end in highwaters(mine, consumer.highwater).items()}
+        return max(0, progress.behind(ends) - batch)
 
     async def agent(stream: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -118,7 +124,8 @@ def register(rt: Runtime, modality: str) -> None:
                 t0 = time.perf_counter()
                 outs = await loop.run_in_executor(
                     pool, extract, msgs,
-                    on_scored if alerts is not None and modality == "image" else None)
+                    on_scored if alerts is not None and modality == "image" else None,
+                    behind(rt.app.consumer, len(msgs)))
                 m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
                 send_scored()
                 level.set(pipeline.degrader.level)

@@ -116,6 +116,9 @@ class FeaturePipeline:
         self._extractors: dict[str, Extractor] = {}
         self.degrader = Degrader(lag_s=s.degrade_lag_ms / 1000, enabled=s.degrade)
         self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
+        #: modality -> wall seconds a batch took per record (EWMA, 0.2 per batch): what a
+        #: record waiting behind the batch costs (see _degrade)
+        self._record_s: dict[str, float] = {}
 
     def extractor(self, modality: str) -> Extractor:
         ex = self._extractors.get(modality)
@@ -147,9 +150,12 @@ class FeaturePipeline:
         """The degradation level now (it decays between batches too)."""
         return self.degrader.at(self._monotonic())
 
-    def _degrade(self, ex: Extractor, msgs: list[RawMsg]) -> None:
+    def _degrade(self, ex: Extractor, modality: str, msgs: list[RawMsg], behind: int) -> None:
         """Set the level from how long this batch's oldest record waited (app.features.degrade),
-        and whether a frame batch runs EfficientNet at all.
+        or, when longer, how long the last of the ``behind`` records waiting after it will
+        have waited when its own batch starts (records x the recent seconds per record): a
+        burst is seen when it arrives, not once its records are a second old. And whether a
+        frame batch runs EfficientNet at all.
 
         Issue 26: the level reacts to a backlog 1 s old (``MMSYNC_DEGRADE_LAG_MS``), but a
         frame alert should come within 300 ms, and a 3x burst outruns both image models at
@@ -159,6 +165,7 @@ class FeaturePipeline:
         that is not behind, and no frame goes unscored for it."""
         sent = [m.timestamp_ms for m in msgs if m.timestamp_ms > 0]
         delay_s = max(0.0, self._clock() - min(sent) / 1000.0) if sent else 0.0
+        delay_s = max(delay_s, behind * self._record_s.get(modality, 0.0))
         if isinstance(ex, ImageExtractor):
             lag_s = self.settings.degrade_embed_lag_ms / 1000
             ex.embed = not (self.degrader.enabled and lag_s > 0 and delay_s > lag_s)
@@ -221,9 +228,10 @@ class FeaturePipeline:
         return out
 
     def process(self, modality: str, msgs: list[RawMsg],
-                on_scored: Callable[[list[FeatureRecord]], None] | None = None
-                ) -> list[FeatureRecord | DeadLetter]:
-        """One output per input, in input order.
+                on_scored: Callable[[list[FeatureRecord]], None] | None = None,
+                behind: int = 0) -> list[FeatureRecord | DeadLetter]:
+        """One output per input, in input order. ``behind``: records waiting after this
+        batch in the agent's input partitions (the degradation signal, :meth:`_degrade`).
 
         ``on_scored`` (image, full models): called at most once, in this thread, with a
         record per decoded frame holding what its alert needs (its NSFW score, or
@@ -232,8 +240,9 @@ class FeaturePipeline:
         batch failed before its scores existed: its alerts then come with
         :meth:`process`'s records."""
         ex = self.extractor(modality)
-        self._degrade(ex, msgs)
+        self._degrade(ex, modality, msgs, behind)
         started = self._clock()
+        t_batch = time.perf_counter()
         out: list[FeatureRecord | DeadLetter | None] = [None] * len(msgs)
         events: list[tuple[int, Event, float]] = []
         for i, msg in enumerate(msgs):
@@ -270,6 +279,10 @@ class FeaturePipeline:
                         "queue": max(0.0, started - msg.timestamp_ms / 1000)
                         if msg.timestamp_ms > 0 else 0.0,
                         "decode": decode_s, "model": model_s, "cache": cache_s})
+        if msgs:
+            per = (time.perf_counter() - t_batch) / len(msgs)
+            last = self._record_s.get(modality)
+            self._record_s[modality] = per if last is None else 0.8 * last + 0.2 * per
         return [o for o in out if o is not None]
 
 

@@ -139,3 +139,26 @@ def test_a_frame_batch_behind_runs_nsfw_only_and_embeds_again_once_caught_up(pip
     (r,) = pipe.process("image", [replace(raw_msg(
         frame_event(chart(150), "emb", 4 * 200_000), 4), timestamp_ms=now)])
     assert "emb" in r.feats
+
+
+def test_a_backlog_behind_the_batch_degrades_before_its_records_are_old(pipe):
+    """The records waiting after a batch, at the recent seconds per record, are the delay
+    the batch after them will see: a burst is shed when it arrives, not 1 s later."""
+    pipe.degrader = Degrader(lag_s=1.0, hold_s=0.0, calm_s=30.0)
+    now = int(time.time() * 1000)
+    frames = [replace(raw_msg(frame_event(chart(160 + i), "burst", i * 200_000), i),
+                      timestamp_ms=now) for i in range(2)]
+    out = pipe.process("image", frames)  # nothing behind: as before
+    assert all("emb" in r.feats for r in out) and pipe.degrader.level == 0
+    out = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(170), "burst", 400_000), 2), timestamp_ms=now)], behind=10_000)
+    # 10,000 records at the measured seconds per record: far over the 1 s bound at once
+    assert pipe.degrader.level >= 1
+    # sampled out (held) or scored without EfficientNet (the batch is behind)
+    assert all(r.feats.get("held") or ("nsfw" in r.feats and "emb" not in r.feats)
+               for r in out)
+    pipe.degrader = Degrader(lag_s=10.0)  # embeddings only: 0.4 s predicted, level 0 stays
+    pipe._record_s["image"] = 0.01
+    out = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(180), "burst", 600_000), 3), timestamp_ms=now)], behind=40)
+    assert all("nsfw" in r.feats and "emb" not in r.feats for r in out)
