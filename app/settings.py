@@ -158,13 +158,15 @@ class Settings(BaseSettings):
                                 " window and no record for this long is forgotten, s")
     degrade: bool = Field(default=True, description="sample the image models and drop OCR and"
                           " text embedding while records queue too long (app/features/degrade.py)")
-    degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay above which"
-                                " the degradation level goes up (one step, or to the level a"
-                                " longer delay calls for), ms")
+    degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay (or the"
+                                " delay the records waiting behind a batch will reach) above"
+                                " which the degradation level goes up (one step, or to the"
+                                " level a longer delay calls for), ms")
     degrade_embed_lag_ms: int = Field(default=250, ge=0, description="a frame batch whose"
-                                      " oldest record waited longer than this runs Open-NSFW"
-                                      " only, without the EfficientNet embedding, so frame"
-                                      " alerts keep up with a burst, ms; 0: never (issue 26)")
+                                      " oldest record waited longer than this, or with that"
+                                      " much waiting behind it, runs Open-NSFW only, without"
+                                      " the EfficientNet embedding, so frame alerts keep up"
+                                      " with a burst, ms; 0: never (issue 26)")
     buffer_max: int = Field(default=256, ge=1, le=100_000, description="records buffered per"
                             " partition before the consumer pauses it (backpressure)")
     batch_max: int = Field(default=8, ge=1, le=1024, description="largest micro-batch per agent")
