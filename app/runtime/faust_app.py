@@ -238,6 +238,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         # worker holds is bounded by partitions x buffer_max records.
         "stream_buffer_maxsize": s.buffer_max,
         "producer_max_request_size": MAX_REQUEST_BYTES,
+        "producer_linger": s.producer_linger_ms / 1000,
         "consumer_max_fetch_size": MAX_REQUEST_BYTES,
         "key_serializer": "raw",
         "value_serializer": "raw",
