@@ -167,10 +167,10 @@ class Settings(BaseSettings):
                                       " much waiting behind it, runs Open-NSFW only, without"
                                       " the EfficientNet embedding, so frame alerts keep up"
                                       " with a burst, ms; 0: never (issue 26)")
-    producer_linger_ms: int = Field(default=0, ge=0, le=1000, description="the workers'"
+    producer_linger_ms: int = Field(default=5, ge=0, le=1000, description="the workers'"
                                     " producer waits up to this long to put more records in"
-                                    " one request, ms (Faust's producer_linger); 0: sends"
-                                    " at once")
+                                    " one request, ms (Faust's producer_linger; 0: each send"
+                                    " at once, a request per record under load: issue 26)")
     buffer_max: int = Field(default=256, ge=1, le=100_000, description="records buffered per"
                             " partition before the consumer pauses it (backpressure)")
     batch_max: int = Field(default=8, ge=1, le=1024, description="largest micro-batch per agent")
