@@ -75,9 +75,14 @@ def register(rt: Runtime, modality: str) -> None:
         return pipeline.process(modality, msgs, on_scored, behind)
 
     def behind(consumer: Any, batch: int) -> int:
-        """Records fetched into the input partitions and not processed, less the batch's."""
-        mine = [tp for tp in consumer.assignment() if tp.topic == source]
-        ends = {tp.partition: end for tp, end in highwaters(mine, consumer.highwater).items()}
+        """Records in the input partitions not processed yet, less the batch's (by the high
+        watermarks last fetched): the degradation signal's backlog (FeaturePipeline)."""
+        try:
+            mine = [tp for tp in consumer.assignment() if tp.topic == source]
+            ends = {tp.partition: end
+                    for tp, end in highwaters(mine, consumer.highwater).items()}
+        except Exception:  # noqa: BLE001 - a hint (mid-rebalance: none); never fails a batch
+            return 0
         return max(0, progress.behind(ends) - batch)
 
     async def agent(stream: Any) -> None:
