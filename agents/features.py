@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
+from app.alerts.detect import LATE_KINDS, SCORE_KINDS
 from app.alerts.publish import AlertPublisher
 from app.consumed import RawMsg
 from app.features.pipeline import FeaturePipeline
@@ -27,6 +29,7 @@ from app.runtime.delivery import DeliveryError, Record, Send, deliver
 from app.runtime.faust_app import Runtime
 from app.runtime.offsets import highwaters
 from schemas.dead_letter import DeadLetter
+from schemas.features import FeatureRecord
 
 __all__ = ["register"]
 
@@ -64,11 +67,23 @@ def register(rt: Runtime, modality: str) -> None:
 
     rt.loaders[modality] = load
 
-    def extract(msgs: list[RawMsg]) -> list[Any]:
+    def extract(msgs: list[RawMsg], on_scored: Callable[[list[FeatureRecord]], None] | None,
+                behind: int) -> list[Any]:
         """The batch's feature records and dead letters, in the modality's thread."""
         if modality == "image" and s.drill_extract_s > 0:
             time.sleep(s.drill_extract_s)  # a fault drill: a slow model
-        return pipeline.process(modality, msgs)
+        return pipeline.process(modality, msgs, on_scored, behind)
+
+    def behind(consumer: Any, batch: int) -> int:
+        """Records in the input partitions not processed yet, less the batch's (by the high
+        watermarks last fetched): the degradation signal's backlog (FeaturePipeline)."""
+        try:
+            mine = [tp for tp in consumer.assignment() if tp.topic == source]
+            ends = {tp.partition: end
+                    for tp, end in highwaters(mine, consumer.highwater).items()}
+        except Exception:  # noqa: BLE001 - a hint (mid-rebalance: none); never fails a batch
+            return 0
+        return max(0, progress.behind(ends) - batch)
 
     async def agent(stream: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -81,32 +96,68 @@ def register(rt: Runtime, modality: str) -> None:
         async def handle(batch: list[Any]) -> None:
             msgs = [_raw(e) for e in batch]
             m.batch_size.observe(len(msgs))
+            #: the batch's alert deliveries, started as soon as each alert's input is scored
+            alerted: list[asyncio.Task[None]] = []
+            #: records the image thread handed over with their scores, not yet sent
+            scored: list[list[FeatureRecord]] = []
+            early_frames = False
+
+            def send_alerts(recs: list[Any], kinds: frozenset[str] | None = None) -> None:
+                assert alerts is not None
+                alerted.append(asyncio.create_task(deliver(
+                    alerts.sends(recs, pipeline.degrader.level, kinds),
+                    on_failure=rt.send_failed)))
+
+            def send_scored() -> None:  # on the event loop; a second call finds nothing
+                while scored:
+                    send_alerts(scored.pop(0), SCORE_KINDS)
+
+            def on_scored(recs: list[FeatureRecord]) -> None:
+                # In the image thread, right after Open-NSFW and before EfficientNet and
+                # OCR: a frame's alert needs only its score (issue 26).
+                nonlocal early_frames
+                early_frames = True
+                scored.append(recs)
+                loop.call_soon_threadsafe(send_scored)
+
             # A caption's alert needs only a term match: decided and sent before any
             # model of its batch runs (issue 26), confirmed before the batch is acked.
             early = pipeline.alert_records(modality, msgs) if alerts is not None else []
-            alerted: asyncio.Task[None] | None = None
-            if alerts is not None and early:
-                alerted = asyncio.create_task(deliver(
-                    alerts.sends(early, pipeline.degrader.level), on_failure=rt.send_failed))
-            t0 = time.perf_counter()
-            outs = await loop.run_in_executor(pool, extract, msgs)
-            m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
-            level.set(pipeline.degrader.level)
-            # the other alerts first: their sends start before the features' (an alert
-            # waits for nothing), and all are confirmed before the batch is acked
-            sends: list[Send] = (alerts.sends(outs, pipeline.degrader.level)
-                                 if alerts is not None and not early else [])
-            for out in outs:
-                if isinstance(out, DeadLetter):
-                    sends.append(rt.dead_letter_send(out, modality))
-                else:
-                    for name, secs in out.stages.items():
-                        stage[name].observe(secs)
-                    sends.append(Record(features, out.stream_id.encode(), out.encode()))
-            # the batch is acked (when the loop moves on) only once the broker has its outputs
-            await deliver(sends, on_failure=rt.send_failed)
-            if alerted is not None:
-                await alerted
+            if early:
+                send_alerts(early)
+            try:
+                t0 = time.perf_counter()
+                outs = await loop.run_in_executor(
+                    pool, extract, msgs,
+                    on_scored if alerts is not None and modality == "image" else None,
+                    behind(rt.app.consumer, len(msgs)))
+                m.stage.labels(f"extract_{modality}").observe(time.perf_counter() - t0)
+                send_scored()
+                level.set(pipeline.degrader.level)
+                # the other alerts first: their sends start before the features' (an alert
+                # waits for nothing), and all are confirmed before the batch is acked; a
+                # frame batch that was scored has only its OCR alerts left
+                sends: list[Send] = []
+                if alerts is not None and not early:
+                    sends = alerts.sends(outs, pipeline.degrader.level,
+                                         LATE_KINDS if early_frames else None)
+                for out in outs:
+                    if isinstance(out, DeadLetter):
+                        sends.append(rt.dead_letter_send(out, modality))
+                    else:
+                        for name, secs in out.stages.items():
+                            stage[name].observe(secs)
+                        sends.append(Record(features, out.stream_id.encode(), out.encode()))
+                # the batch is acked (when the loop moves on) only once the broker has its
+                # outputs
+                await deliver(sends, on_failure=rt.send_failed)
+                for task in alerted:
+                    await task
+            except BaseException:
+                # the batch is held (below) and consumed again, alerts and all
+                for task in alerted:
+                    task.cancel()
+                raise
             for msg in msgs:
                 progress.processed(msg.partition, msg.offset)
 

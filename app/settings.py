@@ -51,6 +51,11 @@ class Settings(BaseSettings):
         default=False,
         description="the broker is the embedded Tansu one: apply its workarounds (set by mmsync)",
     )
+    embedded_fetch_wait_ms: int = Field(
+        default=20, ge=1, le=1500, description="embedded broker only: the consumers' longest"
+        " fetch wait, ms; Tansu answers an empty fetch only after half of it, so new records"
+        " wait up to half of it (docs/broker.md, fault 2); lower: sooner, more idle fetches"
+        " (a worker and Tansu at idle: 0.21 cores at 20 ms, 0.12 at 100: scripts/bench_idle.py)")
     topic_prefix: str = Field(default="mm", description="prefix of every topic name")
     partitions: int = Field(default=8, ge=1, le=1024, description="partitions per topic")
     create_topics: bool = Field(
@@ -153,9 +158,19 @@ class Settings(BaseSettings):
                                 " window and no record for this long is forgotten, s")
     degrade: bool = Field(default=True, description="sample the image models and drop OCR and"
                           " text embedding while records queue too long (app/features/degrade.py)")
-    degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay above which"
-                                " the degradation level goes up (one step, or to the level a"
-                                " longer delay calls for), ms")
+    degrade_lag_ms: int = Field(default=1000, ge=10, description="queueing delay (or the"
+                                " delay the records waiting behind a batch will reach) above"
+                                " which the degradation level goes up (one step, or to the"
+                                " level a longer delay calls for), ms")
+    degrade_embed_lag_ms: int = Field(default=250, ge=0, description="a frame batch whose"
+                                      " oldest record waited longer than this, or with that"
+                                      " much waiting behind it, runs Open-NSFW only, without"
+                                      " the EfficientNet embedding, so frame alerts keep up"
+                                      " with a burst, ms; 0: never (issue 26)")
+    producer_linger_ms: int = Field(default=5, ge=0, le=1000, description="the workers'"
+                                    " producer waits up to this long to put more records in"
+                                    " one request, ms (Faust's producer_linger; 0: each send"
+                                    " at once, a request per record under load: issue 26)")
     buffer_max: int = Field(default=256, ge=1, le=100_000, description="records buffered per"
                             " partition before the consumer pauses it (backpressure)")
     batch_max: int = Field(default=8, ge=1, le=1024, description="largest micro-batch per agent")

@@ -27,7 +27,7 @@ already closed (the input is late).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +36,13 @@ from schemas.alert import Alert, Source
 from schemas.aligned import window_id
 from schemas.features import FeatureRecord
 
-__all__ = ["BatchAlerts", "Detector", "SkewView", "Thresholds", "window_start"]
+__all__ = ["LATE_KINDS", "SCORE_KINDS", "BatchAlerts", "Detector", "SkewView", "Thresholds",
+           "window_start"]
 
+#: A frame's alert kinds decided by its NSFW score alone (sent before its embedding and
+#: OCR exist), and the one that needs its OCR text (sent with its features).
+SCORE_KINDS = frozenset({"nsfw", "blind"})
+LATE_KINDS = frozenset({"ocr_term"})
 #: Characters of OCR text an ``ocr_term`` alert carries in its detail.
 _OCR_DETAIL_CHARS = 200
 
@@ -157,17 +162,23 @@ class Detector:
         return self._alert(first, "blind", len(held) / len(recs), detail, skew)
 
     def batch(self, outs: Iterable[object], skew: Callable[[str, str], SkewView],
-              level: int = 0) -> BatchAlerts:
+              level: int = 0, kinds: Collection[str] | None = None) -> BatchAlerts:
         """Every alert of one batch's outputs (feature records; anything else, a dead
-        letter, is skipped), signal alerts in input order, then one ``blind`` per stream."""
+        letter, is skipped), signal alerts in input order, then one ``blind`` per stream.
+        ``kinds``: only alerts of these kinds (None: all). A frame's ``nsfw`` and ``blind``
+        are decided from its score alone, before its OCR text exists (issue 26), and its
+        ``ocr_term`` from the whole record later: :data:`SCORE_KINDS`, :data:`LATE_KINDS`."""
         res = BatchAlerts()
         frames: dict[str, list[FeatureRecord]] = {}
         for rec in outs:
             if not isinstance(rec, FeatureRecord):
                 continue
-            res.alerts += self.record(rec, skew(rec.stream_id, rec.modality))
+            res.alerts += [a for a in self.record(rec, skew(rec.stream_id, rec.modality))
+                           if kinds is None or a.kind in kinds]
             if rec.modality == "image":
                 frames.setdefault(rec.stream_id, []).append(rec)
+        if kinds is not None and "blind" not in kinds:
+            return res
         for sid, recs in frames.items():
             b = self.blind(recs, level, skew(sid, "image"))
             if b is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from app.alerts.detect import Detector, Thresholds
@@ -38,12 +39,14 @@ class AlertPublisher:
         self._topic = rt.topics["alerts"]
         self._m = rt.metrics
 
-    def sends(self, outs: list[Any], level: int) -> list[Send]:
+    def sends(self, outs: list[Any], level: int, kinds: Collection[str] | None = None
+              ) -> list[Send]:
         """Detect and count the alerts of one batch's outputs (feature records and dead
         letters, as ``FeaturePipeline.process`` returns them); their sends, keyed by
-        stream_id. ``level``: the degradation level the batch ran at."""
+        stream_id. ``level``: the degradation level the batch ran at; ``kinds``: only
+        these alert kinds (None: all; ``Detector.batch``)."""
         try:
-            res = self.detector.batch(outs, self._board.view, level)
+            res = self.detector.batch(outs, self._board.view, level, kinds)
         except Exception:  # noqa: BLE001 - a detection bug must not stop the features
             log.exception("alert detection failed on a batch of %d: no alerts for it",
                           len(outs))

@@ -2,8 +2,11 @@
 
 The signal is queueing delay: how long the oldest record of a batch waited
 between its Kafka timestamp (when the producer sent it) and the moment its
-batch starts. A worker that keeps up sees tens of milliseconds; one that
-falls behind sees it grow without bound. A batch over ``lag_s`` raises the
+batch starts, or, when longer, the delay the records already waiting behind the
+batch will reach (their count times the recent seconds per record:
+``FeaturePipeline._degrade``), so a burst is met when it arrives, not once its
+records are ``lag_s`` old (issue 26). A worker that keeps up sees tens of
+milliseconds; one that falls behind sees it grow without bound. A batch over ``lag_s`` raises the
 level (at most once per ``hold_s``): one step, or straight to the first level
 whose share of the image models' work is at most ``lag_s / delay`` when the
 delay is several times the bound (a 4 s backlog against a 1 s bound calls for

@@ -162,6 +162,9 @@ class _Anchor:
     feats: dict[str, Any] = field(default_factory=dict)
     #: taken while the models were off (degradation level 3): it has no scores to lend
     unscored: bool = False
+    #: scored without an embedding (a batch behind: ImageExtractor.embed): no
+    #: embedding to lend once embeddings run again
+    unembedded: bool = False
 
 
 @dataclass(slots=True)
@@ -214,15 +217,15 @@ class ImageExtractor:
         self._streams: LRU[str, _Stream] = LRU(_MAX_STREAMS)
         #: the degradation level's rules (app.features.degrade), see set_level
         self.level: Level = LEVELS[0]
+        #: False: the next batch runs Open-NSFW only, no EfficientNet (a batch behind
+        #: its records; set per batch by FeaturePipeline, MMSYNC_DEGRADE_EMBED_LAG_MS)
+        self.embed = True
         #: content key -> the item of this batch that computes it (reset per batch)
         self._batch: dict[bytes, _Item] = {}
         self.effnet: ModelSession | None = None
         self.nsfw: ModelSession | None = None
         self._ocr: Any = None
         self._side: ThreadPoolExecutor | None = None
-        #: EfficientNet's cost per image over Open-NSFW's, measured as batches run; set
-        #: in load() from what scripts/bench_extract.py measured for the precision
-        self._cost_ratio = 0.45
         self.load_s: dict[str, float] = {}
 
     def set_level(self, level: Level) -> None:
@@ -253,9 +256,6 @@ class ImageExtractor:
             t0 = time.perf_counter()
             self.nsfw = self._rt.session("open_nsfw", nsfw_model_path(),
                                          calibration=_calibration("nsfw", nsfw_input))
-            # a starting point for the EWMA: EfficientNet 172 against Open-NSFW 113
-            # frames/s at INT8, 93 against 43 at FP32 (docs/benchmarks.md, one thread each)
-            self._cost_ratio = 0.65 if self.nsfw.precision == "int8" else 0.45
             self.load_s["open_nsfw"] = time.perf_counter() - t0
         if self._ocr_every and self._ocr is None:
             t0 = time.perf_counter()
@@ -268,41 +268,63 @@ class ImageExtractor:
             })
             self.load_s["rapidocr"] = time.perf_counter() - t0
 
-    def embed_nsfw(self, rgbs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """(L2-normalised float32 [N, 1280] embeddings, float32 [N] P(nsfw))."""
+    def embed_nsfw(self, rgbs: list[np.ndarray],
+                   on_scores: Callable[[np.ndarray], None] | None = None,
+                   embed: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """(L2-normalised float32 [N, 1280] embeddings, float32 [N] P(nsfw)).
+
+        Open-NSFW runs first and ``on_scores(probs)`` is called as soon as its scores
+        exist, before EfficientNet starts: a frame's alert needs only its score (issue
+        26: it waited for the embeddings, about a third of a batch's model time).
+        ``embed=False``: Open-NSFW only, the embeddings None.
+        """
         self.load()
         effnet, nsfw = self.effnet, self.nsfw
         assert effnet is not None and nsfw is not None
-        # The two models run at once on two threads (ONNX Runtime releases the GIL;
-        # each session has one intra-op thread on a small box). Open-NSFW costs about
-        # 2.4x EfficientNet-Lite0 per image, so on the CPU the NSFW batch is split: this
-        # thread runs EfficientNet on all and NSFW on the first k, the side thread NSFW
-        # on the rest, k chosen from the measured costs so both finish together
-        # (scripts/bench_extract.py: 1.9x frames/s over one after the other on 2 cores).
-        # On a GPU the batch stays whole (it is padded to 8 there).
         if self._side is None:
             self._side = ThreadPoolExecutor(1, thread_name_prefix="nsfw")
+        side = self._side
         n = len(rgbs)
-        k = 0
-        if nsfw.provider == CPU_PROVIDER and n > 1:
-            k = min(n - 1, max(0, round(n * (1 - self._cost_ratio) / 2)))
+        # On the CPU each model's batch is split in halves over two threads (ONNX
+        # Runtime releases the GIL; each session has one intra-op thread on a small
+        # box), NSFW first, then EfficientNet: the scores come after about
+        # NSFW's share of the batch's time, and both cores stay busy. A single frame
+        # runs both models at once, one per thread. On a GPU the batch stays whole
+        # (it is padded to 8 there).
+        cpu = nsfw.provider == CPU_PROVIDER
 
-        def side_nsfw() -> tuple[np.ndarray, float]:
-            t0 = time.perf_counter()
-            return nsfw.run(nsfw_input(rgbs[k:]))[0][:, 1], time.perf_counter() - t0
+        def scores(part: list[np.ndarray]) -> np.ndarray:
+            return np.asarray(nsfw.run(nsfw_input(part))[0][:, 1], dtype=np.float32)
 
-        side = self._side.submit(side_nsfw)
-        t0 = time.perf_counter()
-        emb = effnet.run(effnet_input(rgbs))[0].astype(np.float32)
-        t_e = time.perf_counter() - t0
-        head = nsfw.run(nsfw_input(rgbs[:k]))[0][:, 1] if k else np.zeros(0, np.float32)
-        tail, t_s = side.result()
+        def embeds(part: list[np.ndarray]) -> np.ndarray:
+            return np.asarray(effnet.run(effnet_input(part))[0], dtype=np.float32)
+
+        def split(fn: Callable[[list[np.ndarray]], np.ndarray]) -> np.ndarray:
+            if not cpu or n < 2:
+                return fn(rgbs)
+            h = (n + 1) // 2  # this thread takes the larger half: it does not wait to start
+            tail = side.submit(fn, rgbs[h:])
+            head = fn(rgbs[:h])
+            return np.concatenate([head, tail.result()])
+
+        if not embed:
+            probs = split(scores)
+            if on_scores is not None:
+                on_scores(probs)
+            return None, probs
+        if cpu and n == 1:
+            later = side.submit(embeds, rgbs)
+            probs = scores(rgbs)
+            if on_scores is not None:
+                on_scores(probs)
+            emb = later.result()
+        else:
+            probs = split(scores)
+            if on_scores is not None:
+                on_scores(probs)
+            emb = split(embeds)
         emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-        # per-image cost ratio EfficientNet / NSFW, smoothed (EWMA, 0.2 per batch)
-        if t_s > 0:
-            ratio = (t_e / n) / (t_s / (n - k))
-            self._cost_ratio = 0.8 * self._cost_ratio + 0.2 * min(1.0, max(0.05, ratio))
-        return emb, np.concatenate([head, tail]).astype(np.float32)
+        return emb, probs
 
     def _ocr_text(self, ev: FrameEvent) -> str:
         src = Image.open(io.BytesIO(ev.data))
@@ -325,7 +347,8 @@ class ImageExtractor:
         ocr = lv.ocr and bool(ocr_every) and n % ocr_every == 0
         # a near-duplicate reuses its anchor's features, unless the anchor was never scored
         # (the models were off then) and now they are on: then it is scored itself
-        reusable = prev is not None and (not prev.unscored or lv.image_every == 0)
+        reusable = (prev is not None and (not prev.unscored or lv.image_every == 0)
+                    and not (prev.unembedded and self.embed))
         if (self._dedup and reusable and prev is not None and hamming(ph, prev.phash)
                 <= DUP_MAX_BITS and float(np.mean(np.abs(thumb - prev.thumb))) <= DUP_MAX_CHANGE):
             it = _Item(ev, thumb, ph, light, prev, True, ocr)
@@ -355,8 +378,16 @@ class ImageExtractor:
         st.anchor = it.anchor
         return it
 
-    def run(self, events: list[FrameEvent]) -> list[dict[str, Any] | Exception]:
-        """One feature dict (or the exception for that frame) per event, in order."""
+    def run(self, events: list[FrameEvent],
+            scored: Callable[[list[dict[str, Any] | Exception]], None] | None = None
+            ) -> list[dict[str, Any] | Exception]:
+        """One feature dict (or the exception for that frame) per event, in order.
+
+        ``scored``, when given, is called once per batch with what each frame's alert
+        needs (its NSFW score, or ``held``; ``reused``), one entry per event, as soon as
+        every score exists: after Open-NSFW, before EfficientNet and OCR (issue 26). It
+        is not called when the batch raises before then.
+        """
         self.load()
         items: list[_Item | Exception] = []
         self._batch.clear()
@@ -367,19 +398,34 @@ class ImageExtractor:
                 items.append(exc)
         self._batch.clear()
         fresh = [it for it in items if isinstance(it, _Item) and it.rgb is not None]
+
+        def early(probs: np.ndarray) -> None:
+            for it, p in zip(fresh, probs, strict=True):
+                it.anchor.feats = {"nsfw": float(p)}  # the embedding follows
+            if scored is not None:
+                scored([self._feats(e) for e in items])
+
         if fresh:
             try:
-                emb, probs = self.embed_nsfw([it.rgb for it in fresh if it.rgb is not None])
+                emb, probs = self.embed_nsfw([it.rgb for it in fresh if it.rgb is not None],
+                                             early, self.embed)
             except Exception:
                 for it in fresh:  # an anchor without features must not be reused
                     st = self._streams.get(it.ev.stream_id)
                     if st is not None and st.anchor is it.anchor:
                         st.anchor = None
                 raise
-            for it, e, p in zip(fresh, emb, probs, strict=True):
-                it.anchor.feats = {"nsfw": float(p), "emb": pack_array(e.astype(np.float16))}
+            for i, (it, p) in enumerate(zip(fresh, probs, strict=True)):
                 it.rgb = None  # 196 KB each: not kept past the batch
+                if emb is None:  # scored only: not cached (a hit must bring both)
+                    it.anchor.feats = {"nsfw": float(p)}
+                    it.anchor.unembedded = True
+                    continue
+                it.anchor.feats = {"nsfw": float(p),
+                                   "emb": pack_array(emb[i].astype(np.float16))}
                 it.computed = True
+        else:
+            early(np.zeros(0, np.float32))  # every score exists already (OCR may not)
         out: list[dict[str, Any] | Exception] = []
         for entry in items:
             if isinstance(entry, Exception):
@@ -388,20 +434,30 @@ class ImageExtractor:
             it = entry
             if it.twin is not None:
                 it.anchor.feats = dict(it.twin.anchor.feats)
+                it.twin = None  # copied: its own anchor now (OCR may add to it)
             if not it.reused and not it.held and it.ocr and "ocr" not in it.anchor.feats:
                 try:
                     it.anchor.feats["ocr"] = self._ocr_text(it.ev)
                 except Exception as exc:  # noqa: BLE001 - OCR is optional: keep the frame
                     log.warning("ocr failed on %s: %s", it.ev.stream_id, exc)
                     it.anchor.feats["ocr"] = ""
-                if it.key is not None and self._cache is not None:
+                if it.key is not None and self._cache is not None and "emb" in it.anchor.feats:
                     self._cache.put("image", it.key, it.anchor.feats)  # now with its text
             elif it.key is not None and self._cache is not None and it.computed:
                 self._cache.put("image", it.key, it.anchor.feats)
-            feats = {**it.light, **it.anchor.feats, "phash": it.phash}
-            if it.reused:
-                feats["reused"] = True
-            if it.held:
-                feats["held"] = True
-            out.append(feats)
+            out.append(self._feats(it))
         return out
+
+    @staticmethod
+    def _feats(entry: _Item | Exception) -> dict[str, Any] | Exception:
+        """A frame's output from its anchor's (or its twin's) model features so far."""
+        if isinstance(entry, Exception):
+            return entry
+        it = entry
+        model = it.twin.anchor.feats if it.twin is not None else it.anchor.feats
+        feats = {**it.light, **model, "phash": it.phash}
+        if it.reused:
+            feats["reused"] = True
+        if it.held:
+            feats["held"] = True
+        return feats

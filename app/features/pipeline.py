@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from app.cache.features import FeatureMemo
 from app.consumed import RawMsg, dead_letter
@@ -116,6 +116,9 @@ class FeaturePipeline:
         self._extractors: dict[str, Extractor] = {}
         self.degrader = Degrader(lag_s=s.degrade_lag_ms / 1000, enabled=s.degrade)
         self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
+        #: modality -> wall seconds a batch took per record (EWMA, 0.2 per batch): what a
+        #: record waiting behind the batch costs (see _degrade)
+        self._record_s: dict[str, float] = {}
 
     def extractor(self, modality: str) -> Extractor:
         ex = self._extractors.get(modality)
@@ -147,17 +150,37 @@ class FeaturePipeline:
         """The degradation level now (it decays between batches too)."""
         return self.degrader.at(self._monotonic())
 
-    def _degrade(self, ex: Extractor, msgs: list[RawMsg]) -> None:
-        """Set the level from how long this batch's oldest record waited (app.features.degrade)."""
+    def _degrade(self, ex: Extractor, modality: str, msgs: list[RawMsg], behind: int) -> None:
+        """Set the level from how long this batch's oldest record waited (app.features.degrade),
+        or, when longer, how long the last of the ``behind`` records waiting after it will
+        have waited when its own batch starts (records x the recent seconds per record): a
+        burst is seen when it arrives, not once its records are a second old. And whether a
+        frame batch runs EfficientNet at all.
+
+        Issue 26: the level reacts to a backlog 1 s old (``MMSYNC_DEGRADE_LAG_MS``), but a
+        frame alert should come within 300 ms, and a 3x burst outruns both image models at
+        once for its 2 s. A frame batch already ``MMSYNC_DEGRADE_EMBED_LAG_MS`` behind runs
+        Open-NSFW alone (the score an alert needs; EfficientNet is 30 to 40 % of a frame's
+        model time): decided per batch, so the embeddings are back with the first batch
+        that is not behind, and no frame goes unscored for it."""
         sent = [m.timestamp_ms for m in msgs if m.timestamp_ms > 0]
+        delay_s = max(0.0, self._clock() - min(sent) / 1000.0) if sent else 0.0
+        delay_s = max(delay_s, behind * self._record_s.get(modality, 0.0))
+        if isinstance(ex, ImageExtractor):
+            lag_s = self.settings.degrade_embed_lag_ms / 1000
+            ex.embed = not (self.degrader.enabled and lag_s > 0 and delay_s > lag_s)
         if not sent:
             return
-        delay_s = max(0.0, self._clock() - min(sent) / 1000.0)
         ex.set_level(LEVELS[self.degrader.observe(delay_s, self._monotonic())])
 
-    def _run(self, ex: Extractor, modality: str, events: list[Event]) -> list[Result]:
-        """The batch's results; if the batch raises, each record alone (see the module doc)."""
+    def _run(self, ex: Extractor, modality: str, events: list[Event],
+             scored: Callable[[list[Result]], None] | None = None) -> list[Result]:
+        """The batch's results; if the batch raises, each record alone (see the module doc).
+        ``scored``: the image extractor's early call (:meth:`ImageExtractor.run`); the
+        records run alone make none (their alerts come with their features)."""
         try:
+            if scored is not None and isinstance(ex, ImageExtractor):
+                return ex.run(cast("list[FrameEvent]", events), scored)
             return ex.run(events)
         except Exception:  # noqa: BLE001 - a worker never crashes on data
             log.exception("extractor failed on a %s batch of %d: running them one by one",
@@ -204,11 +227,22 @@ class FeaturePipeline:
             out.append(_record(modality, msg, ev, {"terms": terms}, {}))
         return out
 
-    def process(self, modality: str, msgs: list[RawMsg]) -> list[FeatureRecord | DeadLetter]:
-        """One output per input, in input order."""
+    def process(self, modality: str, msgs: list[RawMsg],
+                on_scored: Callable[[list[FeatureRecord]], None] | None = None,
+                behind: int = 0) -> list[FeatureRecord | DeadLetter]:
+        """One output per input, in input order. ``behind``: records waiting after this
+        batch in the agent's input partitions (the degradation signal, :meth:`_degrade`).
+
+        ``on_scored`` (image, full models): called at most once, in this thread, with a
+        record per decoded frame holding what its alert needs (its NSFW score, or
+        ``held``), as soon as every score of the batch exists and before EfficientNet
+        and OCR run (issue 26: a frame alert waited for them). Not called when the
+        batch failed before its scores existed: its alerts then come with
+        :meth:`process`'s records."""
         ex = self.extractor(modality)
-        self._degrade(ex, msgs)
+        self._degrade(ex, modality, msgs, behind)
         started = self._clock()
+        t_batch = time.perf_counter()
         out: list[FeatureRecord | DeadLetter | None] = [None] * len(msgs)
         events: list[tuple[int, Event, float]] = []
         for i, msg in enumerate(msgs):
@@ -221,7 +255,13 @@ class FeaturePipeline:
         if events:
             t1 = time.perf_counter()
             c1 = self.cache.seconds() if self.cache is not None else 0.0
-            results = self._run(ex, modality, [ev for _, ev, _ in events])
+            scored = None
+            if on_scored is not None:
+                def scored(res: list[Result]) -> None:
+                    on_scored([_record(modality, msgs[i], ev, r, {})
+                               for (i, ev, _), r in zip(events, res, strict=True)
+                               if isinstance(r, dict)])
+            results = self._run(ex, modality, [ev for _, ev, _ in events], scored)
             # The batch ran as one: each item is charged its share.
             cache_s = ((self.cache.seconds() - c1) if self.cache is not None else 0.0)
             model_s = (time.perf_counter() - t1 - cache_s) / len(events)
@@ -239,6 +279,10 @@ class FeaturePipeline:
                         "queue": max(0.0, started - msg.timestamp_ms / 1000)
                         if msg.timestamp_ms > 0 else 0.0,
                         "decode": decode_s, "model": model_s, "cache": cache_s})
+        if msgs:
+            per = (time.perf_counter() - t_batch) / len(msgs)
+            last = self._record_s.get(modality)
+            self._record_s[modality] = per if last is None else 0.8 * last + 0.2 * per
         return [o for o in out if o is not None]
 
 

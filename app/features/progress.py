@@ -47,6 +47,16 @@ class InputProgress:
         cur = self._next.get(partition)
         self._next[partition] = offset + 1 if cur is None else max(cur, offset + 1)
 
+    def behind(self, ends: Mapping[int, int]) -> int:
+        """Records not processed yet in the assigned partitions, by ``ends`` (end offsets as
+        last fetched); a partition whose start or end is not known counts 0."""
+        n = 0
+        for p, nxt in self._next.items():
+            end = ends.get(p)
+            if nxt is not None and end is not None:
+                n += max(0, end - nxt)
+        return n
+
     def mark(self, ends: Mapping[int, int], at_us: int) -> ProgressMark | None:
         """The mark for the current assignment; ``ends``: end offsets as last fetched.
         None when nothing is assigned."""

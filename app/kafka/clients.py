@@ -37,9 +37,6 @@ INTERNAL_TOPICS = ("skew",)
 COMPACTED_TOPICS = frozenset({"skew"})
 #: Largest record we send: an 8 MiB frame plus its envelope (dead-lettered copy included).
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
-#: Embedded broker only: it answers an empty fetch after half the client's wait
-#: (docs/broker.md, fault 2); 100 ms keeps pass-through latency near 40 ms.
-EMBEDDED_FETCH_WAIT_MS = 100
 
 
 def ssl_context(s: Settings) -> ssl.SSLContext:
@@ -77,7 +74,7 @@ def make_consumer(s: Settings, *topics: str, **kw: Any) -> AIOKafkaConsumer:
     opts: dict[str, Any] = {"auto_offset_reset": "earliest", "enable_auto_commit": False,
                             "max_partition_fetch_bytes": MAX_REQUEST_BYTES}
     if s.broker_embedded:
-        opts["fetch_max_wait_ms"] = EMBEDDED_FETCH_WAIT_MS
+        opts["fetch_max_wait_ms"] = s.embedded_fetch_wait_ms
     opts.update(kw)
     return AIOKafkaConsumer(*topics, bootstrap_servers=s.bootstrap, **auth_kwargs(s), **opts)
 

@@ -77,6 +77,11 @@ class EmbeddedBroker:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (for CPU accounting in benchmarks)."""
+        return self._proc.pid if self._proc is not None else None
+
     def start(self) -> EmbeddedBroker:
         binary = locate_tansu()
         addr = f"tcp://{self.host}:{self.port}"

@@ -12,16 +12,15 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from app.kafka.clients import EMBEDDED_FETCH_WAIT_MS
-
 __all__ = ["EmbeddedTransport"]
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
-        # Read by AIOKafkaConsumer.start() when it builds its Fetcher.
-        consumer._fetch_max_wait_ms = EMBEDDED_FETCH_WAIT_MS
+        # Read by AIOKafkaConsumer.start() when it builds its Fetcher; the app's
+        # (app.runtime.faust_app), from MMSYNC_EMBEDDED_FETCH_WAIT_MS.
+        consumer._fetch_max_wait_ms = transport.app.embedded_fetch_wait_ms
         return consumer
 
 

@@ -88,8 +88,11 @@ class _App(faust.App):
     """faust.App that can swap in the embedded broker's transport (built lazily, on
     first use of ``app.transport``; the choice is this instance's, made at construction)."""
 
-    def __init__(self, *args: Any, embedded: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, embedded: bool = False, fetch_wait_ms: int = 20,
+                 **kwargs: Any) -> None:
         self._embedded = embedded
+        #: the worker consumer's longest fetch wait on the embedded broker, ms
+        self.embedded_fetch_wait_ms = fetch_wait_ms
         super().__init__(*args, **kwargs)
 
     def _new_transport(self) -> Any:
@@ -235,6 +238,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         # worker holds is bounded by partitions x buffer_max records.
         "stream_buffer_maxsize": s.buffer_max,
         "producer_max_request_size": MAX_REQUEST_BYTES,
+        "producer_linger": s.producer_linger_ms / 1000,
         "consumer_max_fetch_size": MAX_REQUEST_BYTES,
         "key_serializer": "raw",
         "value_serializer": "raw",
@@ -248,7 +252,7 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
     # Faust commits through aiokafka: no commit while the worker is out of its group
     # (stale offsets after a broker restart; app.kafka.commitguard).
     commitguard.install()
-    app = _App(**conf, embedded=s.broker_embedded)
+    app = _App(**conf, embedded=s.broker_embedded, fetch_wait_ms=s.embedded_fetch_wait_ms)
     topics = {name: app.topic(s.topic(name), key_type=bytes, value_type=bytes,
                               partitions=s.partitions,
                               compacting=True if name in COMPACTED_TOPICS else None)

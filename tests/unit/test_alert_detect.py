@@ -6,7 +6,14 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from app.alerts.detect import Detector, SkewView, Thresholds, window_start
+from app.alerts.detect import (
+    LATE_KINDS,
+    SCORE_KINDS,
+    Detector,
+    SkewView,
+    Thresholds,
+    window_start,
+)
 from app.features.degrade import LEVELS
 from app.features.pipeline import FeaturePipeline
 from app.features.text import TermMatcher
@@ -173,3 +180,63 @@ def test_pipeline_outputs_feed_the_detector(pipe):
     res = _det(nsfw=0.0).batch(outs, lambda sid, m: REF)
     assert [(a.kind, a.source.offset) for a in res.alerts] == [("nsfw", 0), ("nsfw", 1)]
     assert not res.skipped
+
+
+def test_score_kinds_come_first_and_ocr_terms_after():
+    """A frame's nsfw and blind alerts are decided from its score alone (sent before its
+    OCR text exists); its ocr_term from the whole record later: together, all of them."""
+    d = _det(nsfw=0.5)
+    recs = [_rec("image", 0, {"nsfw": 0.9, "ocr": "a scam here"}, offset=0),
+            _rec("image", 1, {"nsfw": 0.9, "held": True}, offset=1)]
+    early = d.batch(recs, lambda sid, m: REF, kinds=SCORE_KINDS)
+    late = d.batch(recs, lambda sid, m: REF, kinds=LATE_KINDS)
+    assert [a.kind for a in early.alerts] == ["nsfw", "blind"]
+    assert early.skipped == {"sampled": 1}
+    assert [a.kind for a in late.alerts] == ["ocr_term"] and late.skipped == {}
+    whole = d.batch(recs, lambda sid, m: REF)
+    assert sorted(a.kind for a in whole.alerts) == sorted(
+        a.kind for a in early.alerts + late.alerts)
+
+
+def test_the_pipeline_hands_over_scores_before_the_embeddings(pipe, monkeypatch):
+    """Issue 26: a frame batch's scores reach the alert path once Open-NSFW ran, before
+    EfficientNet: the records handed over carry the final scores and no embedding yet."""
+    im = pipe.extractor("image")
+    order: list[str] = []
+    real = im.effnet.run
+    monkeypatch.setattr(im.effnet, "run", lambda *a: (order.append("effnet"), real(*a))[1])
+    got: list[list[FeatureRecord]] = []
+
+    def on_scored(recs):
+        order.append("scored")
+        got.append(recs)
+
+    msgs = [raw_msg(frame_event(chart(100 + i), "early", i), i) for i in range(3)]
+    outs = pipe.process("image", [*msgs, raw_msg(frame_event(chart(1), "early"), 9, b"\x00")],
+                        on_scored)
+    assert order[0] == "scored" and "effnet" in order and len(got) == 1
+    (recs,) = got
+    assert [r.src_offset for r in recs] == [0, 1, 2]  # the dead letter has no record
+    for r, o in zip(recs, outs[:3], strict=True):
+        assert isinstance(o, FeatureRecord)
+        assert "emb" not in r.feats and "emb" in o.feats
+        assert r.feats["nsfw"] == pytest.approx(o.feats["nsfw"])
+        assert r.trace_id == o.trace_id and r.kafka_ts_ms == o.kafka_ts_ms
+    # a batch with nothing for the models still hands over (cached, reused, held frames)
+    got.clear()
+    pipe.process("image", [raw_msg(frame_event(chart(102), "early", 5), 5)], on_scored)
+    assert len(got) == 1 and got[0][0].feats.get("reused") and "nsfw" in got[0][0].feats
+
+
+def test_a_batch_that_fails_before_its_scores_hands_nothing_over(pipe, monkeypatch):
+    im = pipe.extractor("image")
+
+    def broken(*a):
+        raise RuntimeError("model down")
+
+    got: list[list[FeatureRecord]] = []
+    msgs = [raw_msg(frame_event(chart(120 + i), "fail", i), i) for i in range(2)]
+    with monkeypatch.context() as mp:
+        mp.setattr(im.nsfw, "run", broken)
+        outs = pipe.process("image", msgs, got.append)
+    assert got == [] and all(isinstance(o, DeadLetter) for o in outs)

@@ -72,7 +72,8 @@ def test_levels_sample_image_models_and_drop_text_embedding(pipe, monkeypatch):
     im, tx = pipe.extractor("image"), pipe.extractor("text")
     ran: list[int] = []
     real = im.embed_nsfw
-    monkeypatch.setattr(im, "embed_nsfw", lambda rgbs: (ran.append(len(rgbs)), real(rgbs))[1])
+    monkeypatch.setattr(im, "embed_nsfw",
+                        lambda rgbs, *a: (ran.append(len(rgbs)), real(rgbs, *a))[1])
     frames = [frame_event(chart(20 + i), "lv", i) for i in range(8)]
     im.set_level(LEVELS[1])
     out = im.run(frames)
@@ -118,3 +119,46 @@ def test_a_near_duplicate_of_an_unscored_frame_is_scored_once_the_models_are_bac
     assert "nsfw" in on and not on.get("reused")
     (again,) = im.run([frame_event(picture, "back", 80_000)])  # now it may reuse that one
     assert again.get("reused") and again["nsfw"] == on["nsfw"]
+
+
+def test_a_frame_batch_behind_runs_nsfw_only_and_embeds_again_once_caught_up(pipe):
+    """Issue 26: a frame batch more than MMSYNC_DEGRADE_EMBED_LAG_MS (250 ms) behind skips
+    EfficientNet (every frame still scored: no blind frame), decided per batch."""
+    pipe.degrader = Degrader(lag_s=10.0)  # the levels stay at 0: only the embedding rule
+    sent = int(time.time() * 1000) - 400  # 400 ms ago
+    behind = [replace(raw_msg(frame_event(chart(140 + i), "emb", i * 200_000), i),
+                      timestamp_ms=sent) for i in range(3)]
+    out = pipe.process("image", behind)
+    assert all("nsfw" in r.feats and "emb" not in r.feats for r in out)
+    assert pipe.degrader.level == 0
+    # caught up: embeddings again, also for a near-duplicate of a frame scored without one
+    now = int(time.time() * 1000)
+    (dup,) = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(142), "emb", 3 * 200_000), 3), timestamp_ms=now)])
+    assert "emb" in dup.feats and not dup.feats.get("reused")
+    (r,) = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(150), "emb", 4 * 200_000), 4), timestamp_ms=now)])
+    assert "emb" in r.feats
+
+
+def test_a_backlog_behind_the_batch_degrades_before_its_records_are_old(pipe):
+    """The records waiting after a batch, at the recent seconds per record, are the delay
+    the batch after them will see: a burst is shed when it arrives, not 1 s later."""
+    pipe.degrader = Degrader(lag_s=1.0, hold_s=0.0, calm_s=30.0)
+    now = int(time.time() * 1000)
+    frames = [replace(raw_msg(frame_event(chart(160 + i), "burst", i * 200_000), i),
+                      timestamp_ms=now) for i in range(2)]
+    out = pipe.process("image", frames)  # nothing behind: as before
+    assert all("emb" in r.feats for r in out) and pipe.degrader.level == 0
+    out = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(170), "burst", 400_000), 2), timestamp_ms=now)], behind=10_000)
+    # 10,000 records at the measured seconds per record: far over the 1 s bound at once
+    assert pipe.degrader.level >= 1
+    # sampled out (held) or scored without EfficientNet (the batch is behind)
+    assert all(r.feats.get("held") or ("nsfw" in r.feats and "emb" not in r.feats)
+               for r in out)
+    pipe.degrader = Degrader(lag_s=10.0)  # embeddings only: 0.4 s predicted, level 0 stays
+    pipe._record_s["image"] = 0.01
+    out = pipe.process("image", [replace(raw_msg(
+        frame_event(chart(180), "burst", 600_000), 3), timestamp_ms=now)], behind=40)
+    assert all("nsfw" in r.feats and "emb" not in r.feats for r in out)

@@ -40,9 +40,9 @@ def test_repeated_frame_skips_the_models_keeps_change(cached, monkeypatch):
     calls: list[int] = []
     real = im.embed_nsfw
 
-    def spy(rgbs):
+    def spy(rgbs, *a):
         calls.append(len(rgbs))
-        return real(rgbs)
+        return real(rgbs, *a)
 
     monkeypatch.setattr(im, "embed_nsfw", spy)
     # The same two pictures on another stream: both from the cache, no model call.
@@ -65,7 +65,8 @@ def test_same_picture_twice_in_a_batch_runs_the_models_once(cached, monkeypatch)
     im = p.extractor("image")
     calls: list[int] = []
     real = im.embed_nsfw
-    monkeypatch.setattr(im, "embed_nsfw", lambda rgbs: (calls.append(len(rgbs)), real(rgbs))[1])
+    monkeypatch.setattr(im, "embed_nsfw",
+                        lambda rgbs, *a: (calls.append(len(rgbs)), real(rgbs, *a))[1])
     a, b = im.run([frame_event(chart(13), "t1", 0), frame_event(chart(13), "t2", 0)])
     assert calls == [1] and a["emb"] == b["emb"] and a["nsfw"] == b["nsfw"]
 

@@ -229,3 +229,13 @@ def test_feature_agent_replays_are_duplicates_after_the_window_went_out():
     # the feature agent re-processed its input from offset 1 after a crash
     step = r.on_record(0, 3, b"s", feat("image", 400_000, 1), 5.1)
     assert step.outcomes == [("image", "duplicate")] and step.late == []
+
+
+def test_behind_counts_what_is_fetched_and_not_processed():
+    p = InputProgress("image")
+    assert p.assigned([0, 1, 2]) == [0, 1, 2]
+    p.started(0, 10)
+    p.processed(1, 4)  # next 5
+    # partition 2: start unknown, counts 0; an end below the next offset counts 0
+    assert p.behind({0: 25, 1: 8, 2: 100}) == 15 + 3
+    assert p.behind({0: 5, 1: 8}) == 3
