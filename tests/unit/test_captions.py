@@ -100,11 +100,14 @@ def test_one_shift_finds_subtitles_and_not_asr():
     assert share < 0.75
 
 
-def _placer(caps: list[Cap]) -> CaptionPlacer:
+def _placer(caps: list[Cap], audio_conf: float = 1.0, text_conf: float = 0.0
+            ) -> CaptionPlacer:
+    """A placer given ``caps`` (seq = index) and one round against ``_segs()``."""
     cp = CaptionPlacer()
     for k, c in enumerate(caps):
         cp.add(c.ts_us, c.dur_us, k)
-    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0)
+    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=audio_conf,
+             text_conf=text_conf)
     return cp
 
 
@@ -180,16 +183,9 @@ def test_the_verdict_needs_captions_in_a_row_to_change():
 
 def test_a_sure_caption_offset_or_an_unknown_sound_offset_leaves_captions_to_the_offset():
     asr = _caps(list(range(5, 10)))
-    cp = CaptionPlacer()
-    for k, c in enumerate(asr):
-        cp.add(c.ts_us, c.dur_us, k)
-    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0,
-             text_conf=0.9)
+    cp = _placer(asr, text_conf=0.9)
     assert cp.steady and not cp.placed  # the lag tracker is sure of one caption offset
-    cp = CaptionPlacer()
-    for k, c in enumerate(asr):
-        cp.add(c.ts_us, c.dur_us, k)
-    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=0.05)
+    cp = _placer(asr, audio_conf=0.05)
     assert not cp.placed  # where the speech lies on the picture's clock is not known
 
 
@@ -197,11 +193,7 @@ def test_a_fairly_sure_caption_offset_votes_but_is_never_the_first_verdict():
     # ASR captions whose offset the lag tracker holds at 0.6 early on (tune asr-19: 0.53 at
     # its fourth caption): the test of one shift decides, and they are placed one by one
     asr = _caps(list(range(5, 10)))
-    cp = CaptionPlacer()
-    for k, c in enumerate(asr):
-        cp.add(c.ts_us, c.dur_us, k)
-    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0,
-             text_conf=0.6)
+    cp = _placer(asr, text_conf=0.6)
     assert cp.decided and not cp.steady and len(cp.placed) == 5
     # decided, the same confidence is one vote per new caption: it takes more than one
     cp.add(asr[-1].ts_us + 3 * S, int(0.8 * S), 99)
@@ -216,10 +208,7 @@ def test_one_shift_is_not_the_first_verdict_on_three_captions_of_four():
     speech = [0.5, 2.4, 3.6, 6.5]
     caps = [Cap(int((a + d) * S), int(0.7 * S)) for a, d in zip(speech, (1.2, 0.4, 1.2, 1.2),
                                                                    strict=True)]
-    cp = CaptionPlacer()
-    for k, c in enumerate(caps):
-        cp.add(c.ts_us, c.dur_us, k)
-    cp.place(_segs(), lo_us=-1 * S, hi_us=2.5 * S, audio_offset_us=0.0, audio_conf=1.0)
+    cp = _placer(caps)
     assert not cp.decided and cp.steady and not cp.placed
 
 
