@@ -54,7 +54,24 @@ _PARTITIONS = 4
 _EDGE_S = 3.0
 
 
-class _BaselineAligner(Aligner):
+class _WhyAligner(Aligner):
+    """Remembers, per stream, which mark bounded its watermark at the last two polls: the
+    one before the poll that closes a window is what held that window last."""
+
+    def __init__(self, *a: object, **k: object) -> None:
+        super().__init__(*a, **k)  # type: ignore[arg-type]
+        self.why: dict[int, tuple[str, str]] = {}
+
+    def watermark(self, st: StreamState, now: float) -> float:
+        marks = self.marks(st, now)
+        label = "no-marks" if not marks else min(marks, key=marks.__getitem__)
+        self.why[id(st)] = (self.why.get(id(st), ("", ""))[1], label)
+        if marks is None:
+            return -math.inf
+        return min(marks.values()) if marks else math.inf
+
+
+class _BaselineAligner(_WhyAligner):
     """The margin before issue 26: ``max_skew x (1 - confidence)`` whatever the estimate
     knows."""
 
@@ -142,12 +159,14 @@ class _Result:
     offset: dict[str, list[float]] = field(default_factory=_per_modality)
     conf: dict[str, list[float]] = field(default_factory=_per_modality)
     unc: dict[str, list[float]] = field(default_factory=_per_modality)
+    #: what held each window last (``Aligner.marks``' name) -> its close (s after its end)
+    why: dict[str, list[float]] = field(default_factory=_per_modality)
 
 
 def _replay(inputs: list[_Input], policy: str, cfg: AlignerConfig, skip_s: float) -> _Result:
     marks = _SimMarks(inputs)
     runner = AlignRunner(cfg, "mm.features", clock=lambda: now)
-    aligner = _BaselineAligner(cfg, marks) if policy == "confidence" else Aligner(cfg, marks)
+    aligner = _BaselineAligner(cfg, marks) if policy == "confidence" else _WhyAligner(cfg, marks)
     runner.aligner = aligner
     published = {it.trace_id: it.publish_s for it in inputs}
     # as bench.py: the streams' last seconds close when their sources go idle, left out
@@ -170,6 +189,8 @@ def _replay(inputs: list[_Input], policy: str, cfg: AlignerConfig, skip_s: float
             st = aligner.streams.get(win.stream_id)
             if st is None:
                 continue
+            res.why[aligner.why.get(id(st), ("?", "?"))[0] or "?"].append(
+                now - win.window_end / 1e6)
             for m in cfg.modalities:
                 if m in st.newest:
                     mark = (st.newest[m] - aligner.offset_us_of(st, m) - aligner.margin_us(st, m)
@@ -251,6 +272,11 @@ def main() -> int:
                 f"{m} p10 {np.percentile(v, 10):.2f} p50 {np.percentile(v, 50):.2f} p90 "
                 f"{np.percentile(v, 90):.2f}" for m in MODALITIES if (v := d.get(m)))
             print(f"{'':<12} {name} at a window's close: {txt}")
+        n = sum(len(v) for v in r.why.values())
+        print(f"{'':<12} what held a window last (share of windows; its close after its end, s):")
+        for why, v in sorted(r.why.items(), key=lambda kv: -len(kv[1])):
+            print(f"{'':<14} {why:<16} {len(v) / n:4.0%}  p50 {np.percentile(v, 50):5.2f}  "
+                  f"p90 {np.percentile(v, 90):5.2f}  p99 {np.percentile(v, 99):5.2f}")
     return 0
 
 

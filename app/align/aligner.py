@@ -284,7 +284,20 @@ class Aligner:
 
     def watermark(self, st: StreamState, now: float) -> float:
         """Event time (us, reference clock) up to which the stream is complete."""
-        marks: list[float] = []
+        marks = self.marks(st, now)
+        if marks is None:
+            return -math.inf
+        return min(marks.values()) if marks else math.inf
+
+    def marks(self, st: StreamState, now: float) -> dict[str, float] | None:
+        """What bounds the stream's watermark, by what it comes from (us, reference
+        clock): ``<modality>`` (its newest record less its offset and margin),
+        ``<modality>-trails`` (an idle modality that trails the running picture),
+        ``first-captions`` (a stream's first captions, until they are told apart) and
+        ``caption-settle`` (captions whose speech may have only begun), each less the
+        lateness where it applies. None: a modality never heard from may still be
+        starting up (hold everything). The watermark is the least of them."""
+        marks: dict[str, float] = {}
         ref = self.cfg.reference
         ref_heard = st.heard.get(ref)
         ref_active = ref_heard is not None and now - ref_heard < self.cfg.idle_s
@@ -299,16 +312,16 @@ class Aligner:
                 # last stretch of the reference: while the reference runs, wait for that
                 offset = self.offset_us_of(st, m)
                 if ref_active and offset > 0 and m != ref and ref in st.newest:
-                    marks.append(st.newest[ref] - offset - self.margin_us(st, m)
-                                 - self.cfg.lateness_us)
+                    marks[f"{m}-trails"] = (st.newest[ref] - offset - self.margin_us(st, m)
+                                            - self.cfg.lateness_us)
                 continue
             newest = st.newest.get(m)
             if newest is None:
                 if heard is None:
-                    return -math.inf  # may still be starting up, or slow: hold everything
+                    return None  # may still be starting up, or slow: hold everything
                 continue  # heard only through late records: nothing of it is pending
             corrected = newest - self.offset_us_of(st, m) - self.margin_us(st, m)
-            marks.append(corrected - self.cfg.lateness_us)
+            marks[m] = corrected - self.cfg.lateness_us
         ref_newest = st.newest.get(ref)
         cp = st.captions
         if (self.cfg.correct_skew and (cp.seen < CaptionPlacer.steady_min or (
@@ -323,8 +336,8 @@ class Aligner:
             # _FIRST_CAPTIONS_HOLD_US past the earliest of them, nor while the picture is
             # idle (a stream with fewer captions than that, or one that ended, held every
             # window after its first caption for ever: the demo emitted none)
-            marks.append(st.pending_min["text"] - self.cfg.max_text_skew_us
-                         - self.cfg.lateness_us)
+            marks["first-captions"] = (st.pending_min["text"] - self.cfg.max_text_skew_us
+                                       - self.cfg.lateness_us)
         if (self.cfg.correct_skew and not st.captions.steady and "text" in st.pending_min
                 and "audio" in st.newest and now - st.heard.get("audio", -math.inf)
                 < self.cfg.idle_s):
@@ -334,9 +347,11 @@ class Aligner:
             # Placed on the speech heard so far, a caption 0.5 s behind its words went 1.5 s
             # early, at confidence 1, its window closed before the next round (tune asr-01)
             sound_to = st.newest["audio"] - self.offset_us_of(st, "audio")  # reference clock
-            marks.extend(self.caption_place(st, r)[0] for r in st.pending
-                         if r.modality == "text" and r.ts + _CAPTION_SETTLE_US > sound_to)
-        return min(marks) if marks else math.inf
+            settle = [self.caption_place(st, r)[0] for r in st.pending
+                      if r.modality == "text" and r.ts + _CAPTION_SETTLE_US > sound_to]
+            if settle:
+                marks["caption-settle"] = min(settle)
+        return marks
 
     def offset_us_of(self, st: StreamState, modality: str) -> int:
         return st.skew.offset_us(modality) if self.cfg.correct_skew else 0
