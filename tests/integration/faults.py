@@ -220,5 +220,29 @@ class LiveRun:
         assert not out.shrunk, f"window ids re-emitted with fewer inputs: {out.shrunk[:3]}"
         assert out.accounted == total and out.accounted_newest == total, (
             f"{self.lost_report}\n{self.pl.logs()}")
-        assert late <= LATE_SHARE_MAX * total, f"{late} late inputs of {total}"
+        assert late <= LATE_SHARE_MAX * total, (
+            f"{late} late inputs of {total}\n{late_report(out)}\n{self.pl.logs()}")
         return lines
+
+
+def late_report(out: Outputs) -> str:
+    """The late events by stream and modality: how many, their media times, the windows
+    they missed, when they went late, and how far the stream's windows had been emitted
+    by then (s; a failure's first clue)."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for ev in out.late:
+        by[(str(ev["stream_id"]), str(ev["modality"]))].append(ev)
+    emitted: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for w in out.windows:
+        emitted[str(w["stream_id"])].append((int(w["emitted_at"]), int(w["window_end"])))
+    rows = []
+    for (sid, mod), evs in sorted(by.items()):
+        ts = [int(e["ts"]) / 1e6 for e in evs]
+        win = [int(e["window"]["start"]) / 1e6 for e in evs]
+        at = min(int(e["at"]) for e in evs)
+        until = max((end for t, end in emitted[sid] if t <= at), default=-1) / 1e6
+        srcs = sorted(tuple(e["src"]) for e in evs)
+        rows.append(f"  {sid} {mod}: {len(evs)} late, ts {min(ts):.2f}-{max(ts):.2f} s, "
+                    f"windows {min(win):.0f}-{max(win):.0f} s; the stream's windows emitted "
+                    f"to {until:.2f} s when the first went late; inputs {srcs[0]}..{srcs[-1]}")
+    return "late inputs:\n" + "\n".join(rows)
