@@ -108,7 +108,8 @@ class _SimMarks:
             done = np.maximum.accumulate(np.array([i.arrive_s for i in its]))
             self._by[key] = (pub, done)
 
-    def drained(self, modality: str, partition: int, now: float, since: float) -> bool:
+    def drained(self, modality: str, partition: int, now: float, since: float,
+                via: int | None = None) -> bool:
         got = self._by.get((modality, partition))
         if got is None:
             return True

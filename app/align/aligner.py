@@ -306,7 +306,8 @@ class Aligner:
             active = heard is not None and now - heard < self.cfg.idle_s
             if not active and (heard is not None or now - st.first_seen >= self.cfg.idle_s) \
                     and self.progress.drained(m, self.input_partition(st, m), now,
-                                              heard if heard is not None else st.first_seen):
+                                              heard if heard is not None else st.first_seen,
+                                              via=st.home):
                 # idle: nothing of it is waiting. But a modality that trails the
                 # reference (captions 2 s behind the speech) has nothing *yet* for the
                 # last stretch of the reference: while the reference runs, wait for that

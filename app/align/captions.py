@@ -38,13 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from dtaidistance import dtw_ndim
 
 from app.align.lag import BIN_US
 
-__all__ = ["Cap", "CaptionPlacer", "Placed", "Segment", "align_captions", "one_shift",
+__all__ = ["Cap", "CaptionPlacer", "Placed", "Segment", "Shift", "align_captions", "one_shift",
            "speech_segments"]
 
 #: Speech segments: dips between syllables shorter than this are bridged, runs shorter
@@ -164,16 +165,18 @@ def _features(caps: Sequence[Cap], segs: Sequence[Segment], delay_us: float, tim
     return a, b
 
 
-def _starts(caps: Sequence[Cap], out: Sequence[Placed | None]) -> list[float]:
+def _starts(caps: Sequence[Cap], out: Sequence[Placed | None],
+            segs: Sequence[Segment]) -> list[float]:
     """Where each placed caption's words start, us (NaN: not placed): its segment's start,
-    or for the later of captions on one segment where the words of the one before end."""
+    or for the later of captions on one segment (split from the earlier) where the words
+    of the one before end, at most the segment's end."""
     starts: list[float] = []
     for i, p in enumerate(out):
         prev = out[i - 1] if i else None
         if p is None:
             starts.append(math.nan)
         elif prev is not None and prev.segment == p.segment:
-            starts.append(starts[-1] + _words(caps[i - 1]))
+            starts.append(min(starts[-1] + _words(caps[i - 1]), segs[p.segment].end_us))
         else:
             starts.append(p.speech_us)
     return starts
@@ -252,11 +255,14 @@ def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: fl
     # words end, and the cut kept if the whole alignment costs less: the second part of a
     # split went to the next utterance at confidence 0.97, 1.3 s off, and pushed the
     # caption after it off its own (tune asr-02, asr-23).
+    # Bounded: at most n rounds (each keeps one cut or stops) of at most n - 1 trials, two
+    # DTWs of n x (m + cuts) each; the placer aligns its last 8 captions
+    # (CaptionPlacer.keep): at most 56 trials per placement.
     cut = np.zeros(len(segs), dtype=bool)  # segments that begin at a cut, not at speech
     for _ in range(n):
         best: tuple[float, list[Segment], np.ndarray, np.ndarray, list[Placed | None]] | None
         best = None
-        starts = _starts(caps, out)
+        starts = _starts(caps, out, segs)
         for i in range(n - 1):
             p, q = out[i], out[i + 1]
             if p is None or (q is not None and q.segment == p.segment):
@@ -287,12 +293,12 @@ def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: fl
            for p in out]
     # two captions on one segment: the later one was split from the earlier, and its
     # words start where the earlier caption's end (its duration, less its tail)
+    starts = _starts(caps, out, segs)
     for i in range(1, n):
         prev, cur = out[i - 1], out[i]
         if prev is not None and cur is not None and cur.segment == prev.segment:
-            at = words_end(i - 1, prev)
-            out[i] = Placed(speech_us=min(at, segs[cur.segment].end_us),
-                            conf=min(cur.conf, _SPLIT_CONF), segment=cur.segment)
+            out[i] = Placed(speech_us=starts[i], conf=min(cur.conf, _SPLIT_CONF),
+                            segment=cur.segment)
     # a caption with no segment in its band whose words may go on the segment of the one
     # before: two utterances less than a bridged dip apart make one segment, which starts
     # too early for the second caption's delay (tune asr-10: 2.8 s off, at the offset)
@@ -308,26 +314,30 @@ def align_captions(caps: Sequence[Cap], segs: Sequence[Segment], *, delay_us: fl
     return out
 
 
+class Shift(NamedTuple):
+    """What :func:`one_shift` found: the delay, how many captions fit it, among how many
+    whose speech under it has been heard."""
+
+    delay_us: float
+    fits: int
+    heard: int
+
+    @property
+    def share(self) -> float:
+        """The share of heard captions that fit; NaN where fewer than ``_STEADY_MIN - 1``
+        have been heard: too few to tell."""
+        return self.fits / self.heard if self.heard >= _STEADY_MIN - 1 else math.nan
+
+
 def one_shift(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_us: float,
-              tol_us: float = _SHIFT_TOL_US, heard_us: float = math.inf
-              ) -> tuple[float, float]:
+              tol_us: float = _SHIFT_TOL_US, heard_us: float = math.inf) -> Shift:
     """The one delay that puts the most captions on a speech start (subtitles: a constant
     shift), searched over ``lo_us``..``hi_us`` at 10 ms, each caption's miss capped at
     ``tol_us`` (a caption without speech of its own costs the same wherever the shift is);
-    returns (delay us, the share of captions within ``tol_us`` of a start, among those whose
-    speech under it has been heard: before ``heard_us``; NaN where fewer than
-    ``_STEADY_MIN - 1`` have been: too few to tell)."""
-    d, fits, n = _shift_fit(caps, segs, lo_us=lo_us, hi_us=hi_us, tol_us=tol_us,
-                            heard_us=heard_us)
-    return d, fits / n if n >= _STEADY_MIN - 1 else math.nan
-
-
-def _shift_fit(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi_us: float,
-               tol_us: float = _SHIFT_TOL_US, heard_us: float = math.inf
-               ) -> tuple[float, int, int]:
-    """:func:`one_shift`'s delay, how many captions fit it and among how many heard."""
+    with how many captions lie within ``tol_us`` of a start, among those whose speech
+    under it has been heard (before ``heard_us``)."""
     if not caps or not segs:
-        return 0.0, 0, 0
+        return Shift(0.0, 0, 0)
     d = np.arange(lo_us, hi_us + 1, BIN_US, dtype=np.float64)
     ts = np.array([c.ts_us for c in caps], dtype=np.float64)
     starts = np.array([s.start_us for s in segs], dtype=np.float64)
@@ -337,7 +347,7 @@ def _shift_fit(caps: Sequence[Cap], segs: Sequence[Segment], *, lo_us: float, hi
     heard = at + tol_us < heard_us
     miss = np.where(heard, np.minimum(miss, tol_us), tol_us)
     k = int(np.argmin(miss.sum(axis=1)))
-    return float(d[k]), int((miss[k] < tol_us).sum()), int(heard[k].sum())
+    return Shift(float(d[k]), int((miss[k] < tol_us).sum()), int(heard[k].sum()))
 
 
 @dataclass(slots=True)
@@ -455,8 +465,8 @@ class CaptionPlacer:
         ref = [Segment(s.start_us - audio_offset_us, s.end_us - audio_offset_us) for s in segs]
         caps = [r.cap for r in self._recent]
         heard_to = heard_us - audio_offset_us  # the sound so far, on the reference clock
-        _, fits, heard = _shift_fit(caps, ref, lo_us=lo_us, hi_us=hi_us, heard_us=heard_to)
-        share = fits / heard if heard >= _STEADY_MIN - 1 else math.nan
+        shift = one_shift(caps, ref, lo_us=lo_us, hi_us=hi_us, heard_us=heard_to)
+        fits, share = shift.fits, shift.share
         if self.seen >= _STEADY_MIN and text_conf >= _STEADY_TEXT_SURE:
             # the lag tracker found one caption offset it is sure of: subtitles, whatever
             # the speech starts say (continuous speech makes one segment of many captions,

@@ -26,10 +26,12 @@ __all__ = ["IdleAfter", "MarkBoard", "ProgressView"]
 
 
 class ProgressView(Protocol):
-    def drained(self, modality: str, partition: int, now: float, since: float) -> bool:
+    def drained(self, modality: str, partition: int, now: float, since: float,
+                via: int | None = None) -> bool:
         """Whether ``modality``'s input ``partition`` has nothing left to give at ``now``
         (wall s). ``since``: when the modality was last heard from for the stream asking,
-        or when the stream was first seen if never."""
+        or when the stream was first seen if never; ``via``: the features partition that
+        stream's records arrive on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +42,8 @@ class IdleAfter:
 
     idle_s: float
 
-    def drained(self, modality: str, partition: int, now: float, since: float) -> bool:
+    def drained(self, modality: str, partition: int, now: float, since: float,
+                via: int | None = None) -> bool:
         return now - since >= self.idle_s
 
 
@@ -76,39 +79,51 @@ class MarkBoard:
     features were read after them, then nothing for the outage, so no modality stayed
     active, and the stale marks closed the windows while the rest of the load was still
     to come.
+
+    A mark vouches only for the features partition it was read from (``via``): an agent
+    sends each mark to every features partition after the feature records it covers, so
+    on one partition the records come before the mark, but across partitions nothing is
+    ordered. Read from another partition, a "drained" mark can come while the records it
+    covers still wait on the stream's own (a backlog there after a takeover, or fetches
+    served out of order), and the stream's windows would close without them. Marks and
+    records read are kept per (features partition, modality, input partition).
     """
 
     def __init__(self, ttl_s: float, max_hold_s: float) -> None:
         self.ttl_s = ttl_s
         self.max_hold_s = max_hold_s
-        self._seen: dict[tuple[str, int], _Seen] = {}
-        #: (modality, input partition) -> highest input offset of a feature record read
-        self._heard: dict[tuple[str, int], int] = {}
+        self._seen: dict[tuple[int | None, str, int], _Seen] = {}
+        #: (via, modality, input partition) -> highest input offset of a feature record read
+        self._heard: dict[tuple[int | None, str, int], int] = {}
 
-    def heard(self, modality: str, partition: int, offset: int) -> None:
+    def heard(self, modality: str, partition: int, offset: int, via: int | None = None) -> None:
         """A feature record of ``modality`` from input ``partition`` at ``offset`` was read
-        (a duplicate or a late one too: each shows how far the log reached)."""
-        key = (modality, partition)
+        from features partition ``via`` (a duplicate or a late one too: each shows how far
+        the log reached)."""
+        key = (via, modality, partition)
         if offset > self._heard.get(key, -1):
             self._heard[key] = offset
 
-    def update(self, mark: ProgressMark, now: float) -> None:
+    def update(self, mark: ProgressMark, now: float, via: int | None = None) -> None:
+        """A mark read from features partition ``via``."""
         for p, (nxt, end) in mark.parts.items():
+            key = (via, mark.modality, p)
             if end < 0:
                 # the agent lost track of the partition (newly assigned, or its log made
                 # again with offsets from 0): what was read of the old log proves nothing
-                self._heard.pop((mark.modality, p), None)
-            old = self._seen.get((mark.modality, p))
+                self._heard.pop(key, None)
+            old = self._seen.get(key)
             moved = old.moved if old is not None and old.next_offset == nxt else now
-            self._seen[(mark.modality, p)] = _Seen(nxt, end, now, moved)
+            self._seen[key] = _Seen(nxt, end, now, moved)
 
-    def drained(self, modality: str, partition: int, now: float, since: float) -> bool:
-        seen = self._seen.get((modality, partition))
+    def drained(self, modality: str, partition: int, now: float, since: float,
+                via: int | None = None) -> bool:
+        key = (via, modality, partition)
+        seen = self._seen.get(key)
         if seen is None:
             return now - since >= self.max_hold_s
         if now - seen.received > self.ttl_s:  # the agent stopped sending
             return now - seen.received >= self.max_hold_s
-        if (is_drained(seen.next_offset, seen.end)
-                and self._heard.get((modality, partition), -1) < seen.end):
+        if is_drained(seen.next_offset, seen.end) and self._heard.get(key, -1) < seen.end:
             return True
         return now - seen.moved >= self.max_hold_s  # behind: holds while it moves

@@ -129,13 +129,13 @@ class AlignRunner:
             return step
         if isinstance(rec, ProgressMark):
             if self.marks is not None:
-                self.marks.update(rec, now)
+                self.marks.update(rec, now, via=partition)
             # what it lets close, the next tick closes (on_tick, every 50 ms)
             step.release(partition, self._acks.done(partition, offset))
             return step
         self._partition_of[rec.stream_id] = partition
         if self.marks is not None:
-            self.marks.heard(rec.modality, rec.src_partition, rec.src_offset)
+            self.marks.heard(rec.modality, rec.src_partition, rec.src_offset, via=partition)
         src = source_of(rec)
         placed = (rec.stream_id, rec.modality, rec.src_partition)
         if (src in self._held or rec.src_offset <= self._placed.get(placed, -1)

@@ -94,10 +94,10 @@ def test_confidence_falls_where_two_segments_tie():
 
 def test_one_shift_finds_subtitles_and_not_asr():
     subs = [Cap(int((a - 0.3) * S), int(2.0 * S)) for a, _ in _SPEECH]  # 300 ms early
-    shift, share = one_shift(subs, _segs(), lo_us=-1 * S, hi_us=2.5 * S)
-    assert shift == -300_000 and share == 1.0
-    _, share = one_shift(_caps(list(range(10))), _segs(), lo_us=-1 * S, hi_us=2.5 * S)
-    assert share < 0.75
+    got = one_shift(subs, _segs(), lo_us=-1 * S, hi_us=2.5 * S)
+    assert got.delay_us == -300_000 and got.share == 1.0 and got.fits == got.heard == 10
+    got = one_shift(_caps(list(range(10))), _segs(), lo_us=-1 * S, hi_us=2.5 * S)
+    assert got.share < 0.75
 
 
 def _placer(caps: list[Cap], audio_conf: float = 1.0, text_conf: float = 0.0

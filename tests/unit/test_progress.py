@@ -239,3 +239,40 @@ def test_behind_counts_what_is_fetched_and_not_processed():
     # partition 2: start unknown, counts 0; an end below the next offset counts 0
     assert p.behind({0: 25, 1: 8, 2: 100}) == 15 + 3
     assert p.behind({0: 5, 1: 8}) == 3
+
+
+def test_a_drained_mark_read_from_another_features_partition_does_not_close_windows():
+    """A mark goes to every features partition after the records it covers, but only on
+    one partition is it ordered after them: read from partition 3 it may say "drained"
+    while the frames it covers still wait on partition 5, the stream's own (a backlog
+    there after a takeover). It must not close the stream's windows without them."""
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
+    off = 0
+
+    def read(part: int, value: bytes, now: float) -> list[int]:
+        nonlocal off
+        step = r.on_record(part, off, b"s" if part == 5 else None, value, now)
+        off += 1
+        assert step.late == []
+        return [w.window_start for w in step.windows]
+
+    got: list[int] = []
+    for k in range(6):  # sound 0-5 s, frames 0-1 s, all on the stream's partition 5
+        got += read(5, feat("audio", k * 1_000_000, k), 0.0)
+    for k in range(2):
+        got += read(5, feat("image", k * 1_000_000, k), 0.0)
+    # 2.9 s: every agent's mark on partition 5; the image agent is behind (frames 2-5 still
+    # to extract); audio and text are drained
+    for m, nxt, end in (("image", 2, 6), ("audio", 6, 6), ("text", 0, 0)):
+        got += read(5, mark(m, 0, nxt, end).encode(), 2.9)
+    # 3.0 s: the image agent caught up; its "drained" mark is read from partition 3 first
+    for m, nxt, end in (("image", 6, 6), ("audio", 6, 6), ("text", 0, 0)):
+        got += read(3, mark(m, 0, nxt, end).encode(), 3.0)
+    got += [w.window_start for w in r.on_tick(3.0).windows]
+    assert got == []  # held: the frames' newest is 1 s, and frames 2-5 s are to come
+    # the frames it covers, then the mark, read from partition 5
+    for k in range(2, 6):
+        got += read(5, feat("image", k * 1_000_000, k), 3.1)
+    got += read(5, mark("image", 0, 6, 6).encode(), 3.1)
+    got += [w.window_start for w in r.on_tick(3.2).windows]
+    assert got == [k * 1_000_000 for k in range(4)]  # frames to 5 s, less the lateness
