@@ -85,22 +85,23 @@ class MarkBoard:
     on one partition the records come before the mark, but across partitions nothing is
     ordered. Read from another partition, a "drained" mark can come while the records it
     covers still wait on the stream's own (a backlog there after a takeover, or fetches
-    served out of order), and the stream's windows would close without them. Marks and
-    records read are kept per (features partition, modality, input partition).
+    served out of order), and the stream's windows would close without them. So marks are
+    kept per (features partition, modality, input partition). What the records read show
+    (how far an input's log reached) holds whatever partition they came from.
     """
 
     def __init__(self, ttl_s: float, max_hold_s: float) -> None:
         self.ttl_s = ttl_s
         self.max_hold_s = max_hold_s
         self._seen: dict[tuple[int | None, str, int], _Seen] = {}
-        #: (via, modality, input partition) -> highest input offset of a feature record read
-        self._heard: dict[tuple[int | None, str, int], int] = {}
+        #: (modality, input partition) -> highest input offset of a feature record read
+        self._heard: dict[tuple[str, int], int] = {}
 
-    def heard(self, modality: str, partition: int, offset: int, via: int | None = None) -> None:
-        """A feature record of ``modality`` from input ``partition`` at ``offset`` was read
-        from features partition ``via`` (a duplicate or a late one too: each shows how far
-        the log reached)."""
-        key = (via, modality, partition)
+    def heard(self, modality: str, partition: int, offset: int) -> None:
+        """A feature record of ``modality`` from input ``partition`` at ``offset`` was read,
+        from any features partition (a duplicate or a late one too: each shows how far the
+        log reached)."""
+        key = (modality, partition)
         if offset > self._heard.get(key, -1):
             self._heard[key] = offset
 
@@ -111,7 +112,7 @@ class MarkBoard:
             if end < 0:
                 # the agent lost track of the partition (newly assigned, or its log made
                 # again with offsets from 0): what was read of the old log proves nothing
-                self._heard.pop(key, None)
+                self._heard.pop((mark.modality, p), None)
             old = self._seen.get(key)
             moved = old.moved if old is not None and old.next_offset == nxt else now
             self._seen[key] = _Seen(nxt, end, now, moved)
@@ -124,6 +125,7 @@ class MarkBoard:
             return now - since >= self.max_hold_s
         if now - seen.received > self.ttl_s:  # the agent stopped sending
             return now - seen.received >= self.max_hold_s
-        if is_drained(seen.next_offset, seen.end) and self._heard.get(key, -1) < seen.end:
+        if (is_drained(seen.next_offset, seen.end)
+                and self._heard.get((modality, partition), -1) < seen.end):
             return True
         return now - seen.moved >= self.max_hold_s  # behind: holds while it moves

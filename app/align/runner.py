@@ -135,7 +135,7 @@ class AlignRunner:
             return step
         self._partition_of[rec.stream_id] = partition
         if self.marks is not None:
-            self.marks.heard(rec.modality, rec.src_partition, rec.src_offset, via=partition)
+            self.marks.heard(rec.modality, rec.src_partition, rec.src_offset)
         src = source_of(rec)
         placed = (rec.stream_id, rec.modality, rec.src_partition)
         if (src in self._held or rec.src_offset <= self._placed.get(placed, -1)
