@@ -38,7 +38,7 @@ from app.kafka.clients import (
     MAX_REQUEST_BYTES,
 )
 from app.runtime.delivery import Record, Send, send_error_reason, where
-from app.runtime.metrics import SEND_TOPICS, Metrics
+from app.runtime.metrics import LOOP_PROBE_S, SEND_TOPICS, Metrics
 from app.runtime.offsets import GroupOffsets, LagReporter
 from app.runtime.readiness import Readiness
 from app.runtime.skewboard import SkewBoard, follow
@@ -273,6 +273,19 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         asyncio.get_running_loop().set_exception_handler(quiet_failed_sends)
 
     rt.task("mmsync.quiet_failed_sends", _quiet_failed_sends)
+
+    async def _loop_lag() -> None:
+        # How long other work kept the event loop from a timer that was due: what a
+        # caption's alert, decided on the loop before any model, waits for besides its fetch
+        # (issue 26). One observation per probe, 20 a second.
+        loop = asyncio.get_running_loop()
+        lag = metrics.stage.labels("loop")
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(LOOP_PROBE_S)
+            lag.observe(max(0.0, loop.time() - t0 - LOOP_PROBE_S))
+
+    rt.task("mmsync.loop_lag", _loop_lag)
 
     if s.alerts and s.enabled_agents & {"text", "audio"}:
         # Alerts of modalities other than the reference need the aligner's skew estimate.

@@ -20,8 +20,8 @@ from schemas.alert import KINDS
 from schemas.errors import REASONS
 
 __all__ = ["ALERT_SERIES", "ALERT_SKIP_REASONS", "CACHE_RESULTS", "DLQ_REASONS",
-           "DYNAMIC_LABELS", "OUTCOMES", "SEND_ERROR_REASONS", "SEND_TOPICS", "STAGES",
-           "TOPIC_FAULTS", "TOPICS", "Metrics", "gpu_memory_bytes"]
+           "DYNAMIC_LABELS", "LOOP_PROBE_S", "OUTCOMES", "SEND_ERROR_REASONS", "SEND_TOPICS",
+           "STAGES", "TOPIC_FAULTS", "TOPICS", "Metrics", "gpu_memory_bytes"]
 
 #: ``mmsync_events_total{outcome}``: the aligner's placements plus the dead-letter path.
 OUTCOMES = ("merged", "late", "duplicate", "dead_letter")
@@ -29,8 +29,9 @@ OUTCOMES = ("merged", "late", "duplicate", "dead_letter")
 DLQ_REASONS = tuple(REASONS)
 #: ``mmsync_cache_requests_total{result}`` (app.cache.store.Result).
 CACHE_RESULTS = ("hit", "miss", "expired", "corrupt")
-#: ``mmsync_stage_seconds{stage}``: per item, per batch and once per model load.
-STAGES = ("queue", "decode", "model", "cache", "align",
+#: ``mmsync_stage_seconds{stage}``: per item, per batch and once per model load; ``loop``:
+#: how late the event loop ran a due timer (app.runtime.faust_app, every LOOP_PROBE_S).
+STAGES = ("queue", "decode", "model", "cache", "align", "loop",
           *(f"extract_{m}" for m in MODALITIES), *(f"load_{m}" for m in MODALITIES))
 #: ``mmsync_alerts_total{modality,kind}``: each alert kind with the modality it comes from
 #: (schemas.alert.KINDS).
@@ -52,6 +53,9 @@ SEND_ERROR_REASONS = ("unknown_partition", "unknown_topic", "timeout", "too_larg
 #: this worker (set by the 5 s lag timer once it owns some), and the model sessions with
 #: the provider and precision they really got (set once the models have loaded).
 DYNAMIC_LABELS = frozenset({"mmsync_consumer_lag", "mmsync_model_info"})
+
+#: How often the event loop's lag is probed, s.
+LOOP_PROBE_S = 0.05
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Alert latency, s: finer than the window's, whose floor is the 1 s window itself.

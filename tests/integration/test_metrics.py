@@ -85,7 +85,7 @@ async def test_contract_metrics_after_a_run(pipeline):
     assert _value(m, "mmsync_e2e_latency_seconds_count") == merged
     mean_e2e = _value(m, "mmsync_e2e_latency_seconds_sum") / merged
     assert 0 < mean_e2e < 30
-    for stage in ("decode", "model", "cache", "align"):
+    for stage in ("decode", "model", "cache", "align", "loop"):
         assert _value(m, "mmsync_stage_seconds_count", stage=stage) > 0, stage
     hits = _value(m, "mmsync_cache_requests_total", modality="image", result="hit")
     misses = _value(m, "mmsync_cache_requests_total", modality="image", result="miss")
