@@ -22,6 +22,7 @@ Nothing is kept in Faust tables: the embedded broker's end-offset fault
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: How often open windows are checked for idle streams, seconds.
 _TICK_S = 0.05
+#: At most one log line per stream this often (s) tells what closed a late record's window.
+_TELL_LATE_S = 60.0
 
 
 def register(rt: Runtime) -> AlignRunner:
@@ -57,10 +60,24 @@ def register(rt: Runtime) -> AlignRunner:
     #: (partition, offset) -> the Faust event to ack once the runner releases it
     events: dict[tuple[int, int], Any] = {}
 
+    #: stream -> wall time its windowing state was last logged for a late record
+    told: dict[str, float] = {}
+
     async def publish(step: Step) -> None:
         sends: list[Send] = [rt.dead_letter_send(dl, "features") for dl in step.dead]
         for late in step.late:
             m.late.labels(late.modality).inc()
+            now = time.time()
+            if now - told.get(late.stream_id, -math.inf) >= _TELL_LATE_S:
+                # what closed the window before this record came: the first clue (a late
+                # input is rare and never silent; at most one line per stream and minute)
+                told[late.stream_id] = now
+                log.warning("late %s record (ts %d, input %d@%d) for window %d, emitted "
+                            "before it came; %s", late.modality, late.ts, late.src_offset,
+                            late.src_partition, late.window_start,
+                            runner.aligner.describe(late.stream_id, now))
+                if len(told) > 4096:
+                    told.clear()
             sends.append(Record(late_topic, late.stream_id.encode(), late.encode()))
         for win in step.windows:
             sends.append(Record(aligned, win.stream_id.encode(), win.encode()))

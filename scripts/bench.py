@@ -121,15 +121,18 @@ class Side:
 
 
 def _start(kind: str, broker: EmbeddedBroker | KafkaNode, tmp: Path, workers: int,
-           extra: dict[str, str]) -> Side:
+           extra: dict[str, str], agents: list[str] | None = None) -> Side:
+    """``agents``: each mmsync worker's MMSYNC_AGENTS (one worker per entry), instead of
+    ``workers`` workers running them all."""
     prefix = f"b{kind[0]}"
     s = Settings(broker=broker.url, broker_embedded=isinstance(broker, EmbeddedBroker),
                  topic_prefix=prefix, partitions=8,
                  data_dir=tmp / f"data-{kind}", models_dir=_models_dir(tmp))
     procs, ports, logs = [], [], []
-    n = 1 if kind == "naive" else workers
+    n = 1 if kind == "naive" else len(agents) if agents else workers
     for i in range(n):
-        env = worker_env(s, **extra)  # a free web port each
+        own = {"MMSYNC_AGENTS": agents[i]} if agents and kind != "naive" else {}
+        env = worker_env(s, **{**extra, **own})  # a free web port each
         env["PYTHONPATH"] = str(ROOT)  # scripts.benchlib.naive, from any working directory
         log = tmp / f"{kind}-{i}.log"
         p = (spawn_worker(env, log, module="scripts.benchlib.naive", args=()) if kind == "naive"
@@ -478,7 +481,8 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
         if kind.startswith("mmsync"):
             extra.update(bench_alerts.worker_env(tmp, args))  # alerts: issue 17
             extra.update(kv.split("=", 1) for kv in args.env)
-        side = _start(kind, broker, tmp, args.workers, extra)
+        side = _start(kind, broker, tmp, args.workers, extra,
+                      args.worker_agents.split(";") if args.worker_agents else None)
         col = Collector(side)
         await col.start()
         alert_col, alert_res = None, None  # alerts: issue 17
@@ -617,6 +621,9 @@ def main() -> int:
                          "and `make kafka` once; KAFKA_VERSION picks the version)")
     ap.add_argument("--fps", type=float, default=5.0)
     ap.add_argument("--workers", type=int, default=1, help="mmsync workers")
+    ap.add_argument("--worker-agents", default="",
+                    help="one mmsync worker per ';'-separated MMSYNC_AGENTS entry, e.g."
+                         " 'text,audio;image,aligner' (replaces --workers)")
     ap.add_argument("--step-s", type=float, default=None,
                     help="media seconds per step (20; --quick 12)")
     ap.add_argument("--start-rate", type=float, default=0.5)
@@ -795,6 +802,12 @@ def _report_one(nv: dict[str, Any] | None, kind: str, mm: dict[str, Any], raw_fp
     sat = mm.get("saturated")
     if sat is not None:
         st = sat["step"]
+        loop = st.stages.get("loop")
+        if loop is not None:  # what a caption's alert waits for on the worker's event loop
+            le = loop["p99_le_s"]
+            print(f"\n{kind} saturated: the event loop's lag (mmsync_stage_seconds{{stage=loop}})"
+                  f" p99 {'<= ' + format(le, 'g') + ' s' if le != float('inf') else '> 15 s'}"
+                  f"  (n={loop['n']})")
         bench_alerts.print_report(
             sat["alerts"], st, f"saturated image models ({st.streams} streams of 96x72 noise,"
             f" {sat['fps']:.0f} frames/s offered = {sat['fps'] / raw_fps:.1f}x raw ONNX; "

@@ -502,6 +502,20 @@ class Aligner:
     def open_records(self) -> int:
         return sum(len(st.pending) for st in self.streams.values())
 
+    def describe(self, stream_id: str, now: float) -> str:
+        """A stream's windowing state in one line (for the log when its records go late):
+        how far its windows were closed, each modality's newest ts and how long ago it was
+        heard (s), and the watermark's bounds by name (us on the reference clock)."""
+        st = self.streams.get(stream_id)
+        if st is None:
+            return f"{stream_id}: not held here"
+        marks = self.marks(st, now)
+        heard = {m: round(now - t, 2) for m, t in st.heard.items()}
+        bounds = "hold all" if marks is None else {k: int(v) for k, v in marks.items()}
+        return (f"{stream_id}: closed until {st.closed_until}, newest {st.newest}, heard "
+                f"{heard} s ago, pending {len(st.pending)}, home {st.home}, inputs "
+                f"{st.inputs}, bounds {bounds}")
+
     def caption_places(self, stream_id: str, records: Iterable[FeatureRecord]
                        ) -> list[tuple[FeatureRecord, int, float]]:
         """(caption, aligned ts on the reference clock, confidence) of each caption in

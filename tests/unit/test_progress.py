@@ -276,3 +276,16 @@ def test_a_drained_mark_read_from_another_features_partition_does_not_close_wind
     got += read(5, mark("image", 0, 6, 6).encode(), 3.1)
     got += [w.window_start for w in r.on_tick(3.2).windows]
     assert got == [k * 1_000_000 for k in range(4)]  # frames to 5 s, less the lateness
+
+
+def test_describe_names_what_bounds_a_streams_watermark():
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0)
+    for k in range(3):
+        r.on_record(2, k, b"s", feat("audio", k * 1_000_000, k), 0.0)
+    r.on_record(2, 3, b"s", feat("image", 0, 0), 0.0)
+    assert r.aligner.describe("s", 0.5).endswith("bounds hold all")  # no caption yet
+    r.on_record(2, 4, b"s", feat("text", 0, 0), 0.0)
+    line = r.aligner.describe("s", 0.5)
+    assert "closed until -1" in line and "home 2" in line
+    assert "'image': -200000" in line and "'audio': 1800000" in line  # less the lateness
+    assert r.aligner.describe("nobody", 0.5) == "nobody: not held here"
