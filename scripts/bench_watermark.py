@@ -43,6 +43,7 @@ from app.align.aligner import Aligner, AlignerConfig, StreamState  # noqa: E402
 from app.align.runner import AlignRunner  # noqa: E402
 from app.consumed import RawMsg  # noqa: E402
 from app.features.pipeline import FeaturePipeline  # noqa: E402
+from app.kafka.clients import default_partition  # noqa: E402
 from app.settings import MODALITIES, Settings  # noqa: E402
 from schemas.features import FeatureRecord  # noqa: E402
 from scripts.benchlib.loadgen import MixSpec, mix  # noqa: E402
@@ -62,13 +63,11 @@ class _WhyAligner(Aligner):
         super().__init__(*a, **k)  # type: ignore[arg-type]
         self.why: dict[int, tuple[str, str]] = {}
 
-    def watermark(self, st: StreamState, now: float) -> float:
-        marks = self.marks(st, now)
+    def marks(self, st: StreamState, now: float) -> dict[str, float] | None:
+        marks = super().marks(st, now)
         label = "no-marks" if not marks else min(marks, key=marks.__getitem__)
         self.why[id(st)] = (self.why.get(id(st), ("", ""))[1], label)
-        if marks is None:
-            return -math.inf
-        return min(marks.values()) if marks else math.inf
+        return marks
 
 
 class _BaselineAligner(_WhyAligner):
@@ -127,7 +126,7 @@ def _features(spec: MixSpec, delays_ms: dict[str, float], seed: int) -> list[_In
         offsets: dict[tuple[str, int], int] = defaultdict(int)
         out: list[_Input] = []
         for it in items:
-            part = hash(it.key) % _PARTITIONS
+            part = default_partition(it.key, _PARTITIONS)  # as a worker's producer
             off = offsets[(it.modality, part)]
             offsets[(it.modality, part)] += 1
             pub = it.t
