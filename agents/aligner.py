@@ -22,7 +22,6 @@ Nothing is kept in Faust tables: the embedded broker's end-offset fault
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any
 
@@ -31,6 +30,7 @@ from aiokafka.errors import KafkaError
 from app.align.aligner import AlignerConfig
 from app.align.progress import MarkBoard
 from app.align.runner import AlignRunner, Step
+from app.lru import LRU
 from app.runtime.delivery import Record, Send, deliver
 from app.runtime.faust_app import Runtime
 from app.runtime.outputs import read_outputs
@@ -61,23 +61,22 @@ def register(rt: Runtime) -> AlignRunner:
     events: dict[tuple[int, int], Any] = {}
 
     #: stream -> wall time its windowing state was last logged for a late record
-    told: dict[str, float] = {}
+    told: LRU[str, float] = LRU(4096)
 
     async def publish(step: Step) -> None:
         sends: list[Send] = [rt.dead_letter_send(dl, "features") for dl in step.dead]
         for late in step.late:
             m.late.labels(late.modality).inc()
             now = time.time()
-            if now - told.get(late.stream_id, -math.inf) >= _TELL_LATE_S:
+            last = told.get(late.stream_id)
+            if last is None or now - last >= _TELL_LATE_S:
                 # what closed the window before this record came: the first clue (a late
                 # input is rare and never silent; at most one line per stream and minute)
-                told[late.stream_id] = now
+                told.put(late.stream_id, now)
                 log.warning("late %s record (ts %d, input %d@%d) for window %d, emitted "
                             "before it came; %s", late.modality, late.ts, late.src_offset,
                             late.src_partition, late.window_start,
                             runner.aligner.describe(late.stream_id, now))
-                if len(told) > 4096:
-                    told.clear()
             sends.append(Record(late_topic, late.stream_id.encode(), late.encode()))
         for win in step.windows:
             sends.append(Record(aligned, win.stream_id.encode(), win.encode()))

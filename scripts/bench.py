@@ -171,6 +171,11 @@ def _scrape(ports: list[int]) -> dict[tuple[str, str, float], float]:
     return out
 
 
+def _bound(le: float) -> str:
+    """A p99 read from histogram buckets: at most its bucket's upper bound."""
+    return f"<= {le:g} s" if le != float("inf") else "> the largest bucket"
+
+
 def _stage_p99(before: dict[Any, float], after: dict[Any, float]) -> dict[str, tuple[float, int]]:
     """p99 upper bucket bound (s) and count per stage, from the difference of two scrapes."""
     per: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
@@ -795,19 +800,15 @@ def _report_one(nv: dict[str, Any] | None, kind: str, mm: dict[str, Any], raw_fp
               "mmsync_stage_seconds p99 (bucket upper bound) per stage:")
         for stage, v in sorted(at70.stages.items()):
             if not stage.startswith("load_"):
-                le = v["p99_le_s"]
-                bound = f"<= {le:g} s" if le != float("inf") else "> the largest bucket"
-                print(f"  {stage:20} {bound}  (n={v['n']})")
+                print(f"  {stage:20} {_bound(v['p99_le_s'])}  (n={v['n']})")
         bench_alerts.print_report(mm.get("alerts"), at70)  # alerts: issue 17
     sat = mm.get("saturated")
     if sat is not None:
         st = sat["step"]
         loop = st.stages.get("loop")
         if loop is not None:  # what a caption's alert waits for on the worker's event loop
-            le = loop["p99_le_s"]
             print(f"\n{kind} saturated: the event loop's lag (mmsync_stage_seconds{{stage=loop}})"
-                  f" p99 {'<= ' + format(le, 'g') + ' s' if le != float('inf') else '> 15 s'}"
-                  f"  (n={loop['n']})")
+                  f" p99 {_bound(loop['p99_le_s'])}  (n={loop['n']})")
         bench_alerts.print_report(
             sat["alerts"], st, f"saturated image models ({st.streams} streams of 96x72 noise,"
             f" {sat['fps']:.0f} frames/s offered = {sat['fps'] / raw_fps:.1f}x raw ONNX; "
