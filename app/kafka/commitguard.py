@@ -51,6 +51,8 @@ __all__ = ["hold", "install"]
 _MARK = "_mmsync_commit_guard"
 #: per Faust consumer: TP -> (lowest held offset, the generation it was fetched in)
 _HOLDS = "_mmsync_holds"
+#: per Faust consumer, during one commit's filtering: TP -> lowest open offset (_open_low)
+_OPEN = "_mmsync_open_low"
 
 
 def install() -> None:
@@ -76,6 +78,18 @@ def hold(consumer: Any, events: Iterable[Any]) -> int:
     return n
 
 
+def _open_low(consumer: Any, gen: int) -> dict[Any, int]:
+    """TP -> the lowest offset a stream took in generation ``gen`` and has not acked yet,
+    from one pass over the consumer's unacked set."""
+    low: dict[Any, int] = {}
+    for msg in list(getattr(consumer, "_unacked_messages", ())):
+        if not msg.acked and msg.generation_id == gen:
+            o = low.get(msg.tp)
+            if o is None or msg.offset < o:
+                low[msg.tp] = msg.offset
+    return low
+
+
 def _held_from(consumer: Any, tp: Any) -> int | None:
     """The lowest offset of ``tp`` held in the consumer's current generation, or taken by
     a stream in it and not acked yet."""
@@ -88,11 +102,12 @@ def _held_from(consumer: Any, tp: Any) -> int | None:
     # (faust-streaming issue 606): a record a stream still holds unacked at the head (the
     # aligner's records wait in open windows, acked only once emitted) could be
     # committed past. Such records are alive in the consumer's unacked set; no commit
-    # goes past the lowest of them.
-    for msg in list(getattr(consumer, "_unacked_messages", ())):
-        if (msg.tp == tp and not msg.acked and msg.generation_id == gen
-                and (held is None or msg.offset < held)):
-            held = msg.offset
+    # goes past the lowest of them. One commit reads that set once for all its
+    # partitions (_guard_holds); a lone call (tests) reads it itself.
+    table = consumer.__dict__.get(_OPEN)
+    taken = (table if table is not None else _open_low(consumer, gen)).get(tp)
+    if taken is not None and (held is None or taken < held):
+        held = taken
     return held
 
 
@@ -100,6 +115,16 @@ def _guard_holds() -> None:
     orig = Consumer._new_offset
     if getattr(orig, _MARK, False):
         return
+    orig_filter = Consumer._filter_committable_offsets
+
+    @functools.wraps(orig_filter)
+    def filtered(self: Any, tps: Iterable[Any]) -> dict[Any, int]:
+        # one pass over the unacked set per commit, not one per assigned partition
+        self.__dict__[_OPEN] = _open_low(self, self.app.consumer_generation_id)
+        try:
+            return orig_filter(self, tps)
+        finally:
+            self.__dict__.pop(_OPEN, None)
 
     @functools.wraps(orig)
     def capped(self: Any, tp: Any) -> int | None:
@@ -117,6 +142,7 @@ def _guard_holds() -> None:
 
     setattr(capped, _MARK, True)
     Consumer._new_offset = capped  # type: ignore[method-assign]
+    Consumer._filter_committable_offsets = filtered  # type: ignore[method-assign]
 
 
 def _guard_generation() -> None:

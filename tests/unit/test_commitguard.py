@@ -17,6 +17,7 @@ from intervaltree import IntervalTree
 from app.kafka import commitguard
 
 TP0 = TP("mm.image", 4)
+TP1 = TP("mm.image", 5)
 
 
 @pytest.fixture(autouse=True)
@@ -36,8 +37,8 @@ def _consumer(committed: int | None, acked: list[int], generation: int = 3) -> A
         ack=lambda message: pytest.fail(f"offset {message.offset} acked"))
 
 
-def _event(offset: int, generation: int = 3) -> Any:
-    msg = ConsumerMessage(TP0.topic, TP0.partition, offset, 0.0, 0, None, b"k", b"v", None,
+def _event(offset: int, generation: int = 3, tp: TP = TP0) -> Any:
+    msg = ConsumerMessage(tp.topic, tp.partition, offset, 0.0, 0, None, b"k", b"v", None,
                           generation_id=generation)
     msg.incref()  # as Faust's conductor does for the one stream that reads the topic
     return SimpleNamespace(message=msg)
@@ -103,3 +104,30 @@ def test_an_unacked_record_of_another_generation_or_partition_does_not_stop_comm
     c = _consumer(committed=7, acked=[7, 8, 9], generation=4)
     c._unacked_messages = {_event(3, generation=3).message}  # fetched before the rebalance
     assert Consumer._new_offset(c, TP0) == 10
+    c = _consumer(committed=7, acked=[7, 8, 9], generation=4)
+    c._unacked_messages = {_event(3, generation=4, tp=TP1).message}  # open on another partition
+    assert Consumer._new_offset(c, TP0) == 10
+
+
+class _Counted(set[Any]):
+    """An unacked set that counts how often it is read through."""
+
+    reads = 0
+
+    def __iter__(self) -> Any:
+        type(self).reads += 1
+        return super().__iter__()
+
+
+def test_one_commit_reads_the_unacked_set_once_for_all_its_partitions() -> None:
+    c = _consumer(committed=7, acked=list(range(7, 12)))
+    c._acked[TP1] = [20, 21]
+    c._acked_index[TP1] = {20, 21}
+    c._committed_offset[TP1] = 20
+    c._unacked_messages = _Counted({_event(9).message, _event(21, tp=TP1).message})
+    c._new_offset = lambda tp: Consumer._new_offset(c, tp)
+    c._should_commit = lambda tp, offset: True
+    got = Consumer._filter_committable_offsets(c, [TP0, TP1])
+    assert got == {TP0: 9, TP1: 21}  # each stops at its own open record
+    assert _Counted.reads == 1
+    assert "_mmsync_open_low" not in c.__dict__  # nothing kept past the commit
