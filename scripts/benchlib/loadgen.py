@@ -30,7 +30,7 @@ from PIL import Image, ImageDraw
 
 from schemas.events import AudioChunk, Event, FrameEvent, TextEvent, encode_event
 
-__all__ = ["CAPTIONS", "Item", "MixSpec", "mix", "scaled", "zipf_weights"]
+__all__ = ["CAPTIONS", "Item", "MixSpec", "TERM_CAPTIONS", "mix", "scaled", "zipf_weights"]
 
 #: The caption pool, most frequent first (Zipf rank order), about 3/4 Chinese.
 CAPTIONS = (
@@ -43,6 +43,11 @@ CAPTIONS = (
     "a new bridge opens downtown next week", "包邮到家七天无理由退货", "评论区抽三位送礼物",
     "the match ended in a draw", "点击下方链接购买", "明天晚上八点继续直播",
 )
+
+
+#: Captions of the pool that carry the bench's extra alert terms (scripts/benchlib/alerts.py:
+#: 抢购, 下单): what a ``term_share`` of the captions is drawn from.
+TERM_CAPTIONS = ("限时抢购马上开始", "库存不多了赶紧下单")
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,9 @@ class MixSpec:
     #: every frame random noise (nothing repeats, no near-duplicate, no cache hit: the
     #: image models run on each one), instead of the scenes' cards and live frames.
     noise_frames: bool = False
+    #: this share of the captions is drawn from TERM_CAPTIONS (each alerts), the rest from
+    #: the Zipf pool; 0: all from the pool (and the draws as before it existed).
+    term_share: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +228,10 @@ def _stream(spec: MixSpec, idx: int) -> list[tuple[float, Event]]:
             times += [b + (e + 0.5) * spec.burst_s / max(extra, 1) for e in range(extra)]
             b += spec.burst_every_s
     for seq, tc in enumerate(sorted(x for x in times if x < spec.seconds)):
-        text = CAPTIONS[int(rng.choice(len(CAPTIONS), p=cw))]
+        if spec.term_share > 0 and rng.random() < spec.term_share:
+            text = TERM_CAPTIONS[int(rng.integers(len(TERM_CAPTIONS)))]
+        else:
+            text = CAPTIONS[int(rng.choice(len(CAPTIONS), p=cw))]
         evs.append((tc, TextEvent(stream_id=sid, ts=spec.start_us + int(tc * 1e6), seq=sb + seq,
                                   text=text, dur=1_500_000,
                                   lang="en" if text.isascii() else "zh",

@@ -76,3 +76,21 @@ def test_seq_base_and_prefix_carry_a_stream_on() -> None:
     seqs = [decode_map(i.value)["seq"] for i in b]
     assert min(seqs) == 1_000_000
     assert min(decode_map(i.value)["ts"] for i in b) >= SPEC.start_us + 30_000_000
+
+
+def test_a_term_share_of_the_captions_holds_the_bench_terms() -> None:
+    from dataclasses import replace
+
+    from scripts.benchlib.alerts import EXTRA_TERMS
+    from scripts.benchlib.loadgen import TERM_CAPTIONS
+
+    assert all(any(t in c for t in EXTRA_TERMS) for c in TERM_CAPTIONS)
+
+    def texts(spec: MixSpec) -> list[str]:
+        return [decode_map(i.value)["text"] for i in mix(spec) if i.modality == "text"]
+
+    long = replace(SPEC, seconds=120.0)
+    share = sum(t in TERM_CAPTIONS for t in texts(replace(long, term_share=0.4)))
+    n = len(texts(long))
+    assert 0.3 * n < share - sum(t in TERM_CAPTIONS for t in texts(long)) < 0.5 * n
+    assert texts(replace(long, term_share=0.0)) == texts(long)  # the default draws as before
