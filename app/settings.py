@@ -118,11 +118,6 @@ class Settings(BaseSettings):
         default=0, ge=0, le=64, description="intra-op threads per model session; 0: 1 on a box of"
         " up to 2 cores, else a third of the cores (at most 4)",
     )
-    image_nice: int = Field(
-        default=0, ge=0, le=19, description="the image models' threads run this much nicer than"
-        " the rest of the worker (Linux), so captions, sound and the event loop get a busy"
-        " core first; 0: the same priority (issue 26)",
-    )
     tensorrt: bool = Field(default=True, description="use TensorRT when its libraries load (engines"
                            " are built on first use of each batch shape, cached in models_dir)")
     ocr_every_n_frames: int = Field(

@@ -17,7 +17,6 @@ crash!"): every one of ours is registered through :meth:`Runtime.timer` or
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,7 +40,6 @@ from app.kafka.clients import (
 from app.runtime.delivery import Record, Send, send_error_reason, where
 from app.runtime.metrics import LOOP_PROBE_S, SEND_TOPICS, Metrics
 from app.runtime.offsets import GroupOffsets, LagReporter
-from app.runtime.priority import lower_this_thread
 from app.runtime.readiness import Readiness
 from app.runtime.skewboard import SkewBoard, follow
 from app.runtime.topicwatch import TOPIC_CHECK_S, TopicWatch
@@ -205,12 +203,7 @@ class Runtime:
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         if name not in self.pools:
-            # the image thread is made nicer before its models load, so the threads it
-            # starts (its second half-batch, ONNX Runtime's) are too (app.runtime.priority)
-            nice = self.settings.image_nice if name == "image" else 0
-            self.pools[name] = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=name,
-                initializer=functools.partial(lower_this_thread, nice) if nice else None)
+            self.pools[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         return self.pools[name]
 
 
