@@ -34,25 +34,46 @@ skips one unacked offset at the head of the acked ones (``min(acked) -
 committed > 1``: faust-streaming issue 606, open upstream in 0.15.3). Commits
 stop below the hold until the generation changes; the next owner replays from
 there (at least once).
+
+No ack of a record fetched before a rebalance counts either. Faust acks every record
+a stream skips because it was fetched in an earlier generation or while the flow was
+stopped for a rebalance (``Stream.__aiter__``: "otherwise the lag would increase"),
+and ``Consumer.ack`` records it whatever its generation. Faust clears a partition's
+acks and committed offset when it is revoked; a skipped record acked after that was
+counted from nothing (no committed offset to check against), so the commit timer, still
+running through the rebalance, could commit past the records the aligner had held
+open below it: they left the unacked set (a WeakSet) when the aligner dropped its
+windows on the revoke. Kafka takes such a commit while the group is still preparing
+the rebalance. Seen as two image frames "lost in the aligner" when a worker joined and
+one left under load (CI, 2026-12-06, Tansu). The record is replayed from the committed
+offset by whoever holds its partition next, which is what acks it then.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.errors import UnknownMemberIdError
 from faust.transport.consumer import Consumer
+from mode.utils.futures import notify
 
 __all__ = ["hold", "install"]
+
+log = logging.getLogger(__name__)
 
 _MARK = "_mmsync_commit_guard"
 #: per Faust consumer: TP -> (lowest held offset, the generation it was fetched in)
 _HOLDS = "_mmsync_holds"
 #: per Faust consumer, during one commit's filtering: TP -> lowest open offset (_open_low)
 _OPEN = "_mmsync_open_low"
+#: per Faust consumer: (the generation a revoke came in, the TPs revoked in it)
+_REVOKED = "_mmsync_revoked"
+#: per Faust consumer: TP -> acks not counted since the last assignment (logged then)
+_REFUSED = "_mmsync_refused_acks"
 
 
 def install() -> None:
@@ -60,6 +81,7 @@ def install() -> None:
     (idempotent)."""
     _guard_generation()
     _guard_holds()
+    _guard_stale_acks()
 
 
 def hold(consumer: Any, events: Iterable[Any]) -> int:
@@ -162,3 +184,59 @@ def _guard_generation() -> None:
 
     setattr(guarded, _MARK, True)
     GroupCoordinator._do_commit_offsets = guarded
+
+
+def _stale(consumer: Any, message: Any) -> bool:
+    """Whether ``message`` was fetched before the rebalance now under way or done: in an
+    earlier generation, or in this one on a partition revoked since."""
+    gen = consumer.app.consumer_generation_id
+    if message.generation_id != gen:
+        return True
+    revoked = consumer.__dict__.get(_REVOKED)
+    return revoked is not None and revoked[0] == gen and message.tp in revoked[1]
+
+
+def _guard_stale_acks() -> None:
+    orig_ack = Consumer.ack
+    if getattr(orig_ack, _MARK, False):
+        return
+    orig_revoked = Consumer.on_partitions_revoked
+    orig_assigned = Consumer.on_partitions_assigned
+
+    @functools.wraps(orig_ack)
+    def ack(self: Any, message: Any) -> bool:
+        if not _stale(self, message):
+            return orig_ack(self, message)
+        # done with, so that nothing waits for it; never committable (the docstring)
+        message.acked = True
+        self._unacked_messages.discard(message)
+        refused: dict[Any, int] = self.__dict__.setdefault(_REFUSED, {})
+        refused[message.tp] = refused.get(message.tp, 0) + 1
+        notify(self._waiting_for_ack)
+        return False
+
+    @functools.wraps(orig_revoked)
+    async def on_partitions_revoked(self: Any, revoked: Any) -> None:
+        # marked before Faust clears the partitions' acks: an ack from here on is stale
+        gen = self.app.consumer_generation_id
+        old = self.__dict__.get(_REVOKED)
+        tps = set(old[1]) if old is not None and old[0] == gen else set()
+        self.__dict__[_REVOKED] = (gen, tps | set(revoked))
+        await orig_revoked(self, revoked)
+
+    @functools.wraps(orig_assigned)
+    async def on_partitions_assigned(self: Any, assigned: Any, generation_id: int = 0) -> None:
+        # a new generation: the records fetched from here on are fresh
+        self.__dict__.pop(_REVOKED, None)
+        refused = self.__dict__.pop(_REFUSED, None)
+        if refused:
+            log.info("acks of records fetched before the rebalance not counted for a commit "
+                     "(consumed again from the committed offsets): %s",
+                     ", ".join(f"{n} of {tp.topic}[{tp.partition}]"
+                               for tp, n in sorted(refused.items())))
+        await orig_assigned(self, assigned, generation_id)
+
+    setattr(ack, _MARK, True)
+    Consumer.ack = ack  # type: ignore[method-assign]
+    Consumer.on_partitions_revoked = on_partitions_revoked  # type: ignore[method-assign]
+    Consumer.on_partitions_assigned = on_partitions_assigned  # type: ignore[method-assign]

@@ -72,8 +72,12 @@ def held(pipeline: Any, proc: subprocess.Popen[bytes], topic: str) -> list[int]:
             text = r.read().decode()
     except OSError:
         return []
-    return sorted(int(m.group(1)) for m in re.finditer(
-        rf'^mmsync_consumer_lag{{topic="{re.escape(topic)}",partition="(\d+)"}}', text, re.M))
+    held_now = []
+    for m in re.finditer(r"^mmsync_consumer_lag\{([^}]*)\}", text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))  # in any order
+        if labels.get("topic") == topic:
+            held_now.append(int(labels["partition"]))
+    return sorted(held_now)
 
 
 async def all_emitting(pipeline: Any, procs: list[subprocess.Popen[bytes]],

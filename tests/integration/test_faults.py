@@ -33,7 +33,7 @@ from app.kafka.topics import ensure_topics
 from app.runtime.offsets import GroupOffsets
 from app.runtime.process import stop_process
 from tests.integration.brokers import ON_BOTH
-from tests.integration.faults import LiveRun, all_emitting, metric, specs, stream_ids
+from tests.integration.faults import LiveRun, all_emitting, held, metric, specs, stream_ids
 from tests.integration.lost import feature_inputs
 
 pytestmark = pytest.mark.integration
@@ -133,6 +133,59 @@ async def _partitions(pipeline: Any, n: int) -> Any:
 async def test_sigkill_of_one_of_three_workers(pipeline):
     await _partitions(pipeline, 8)
     await _sigkill_one(pipeline, 3, 6, 36, "three workers on 8 partitions, SIGKILL one")
+
+
+@ON_BOTH
+async def test_sigkill_of_one_worker_of_each_kind_in_a_split_group(pipeline):
+    """The deployment of docs/operations.md ("Captions and sound in their own workers"):
+    two workers run the text and audio agents, two the image agent and the aligner, in
+    one group. A text/audio worker is SIGKILLed, then, once the other holds its input
+    partitions, an image/aligner worker: each survivor takes over its kind's partitions,
+    and no input is lost or late, though the aligner's progress marks for captions and
+    sound now come from another process than its frames'."""
+    s = pipeline.settings
+    await ensure_topics(s)  # 4 partitions
+    sound = [pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_AGENTS="text,audio")
+             for _ in range(2)]
+    picture = [pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_AGENTS="image,aligner")
+               for _ in range(2)]
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions), seconds=45))
+    run.start()
+    try:
+        await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
+        await all_emitting(pipeline, picture, 90)
+        t_sound = await _kill(sound[0])
+        def parts() -> str:
+            return "; ".join(f"worker {i}: " + ", ".join(
+                f"{m} {held(pipeline, w, s.topic(m))}" for m in ("text", "audio", "image",
+                                                                  "features"))
+                for i, w in enumerate([*sound, *picture]))
+
+        try:
+            await run.wait_for(
+                lambda: all(len(held(pipeline, sound[1], s.topic(m))) == s.partitions
+                            for m in ("text", "audio")), 60, "the text/audio survivor's takeover")
+        except AssertionError as exc:
+            raise AssertionError(f"partitions held: {parts()}\n{exc}") from None
+        t_took = time.monotonic()
+        took = t_took - t_sound
+        await run.wait_for(lambda: run.all_streams_out_since(t_took), 30,
+                           "windows after the text/audio takeover")
+        t_picture = await _kill(picture[0])
+        await run.wait_for(lambda: run.all_streams_out_since(t_picture), 60,
+                           "the image/aligner survivor's takeover")
+        resume = run.resume_s(t_picture)
+        await run.finish()
+    finally:
+        await run.cancel()
+    survivors = [sound[1], picture[1]]
+    assert all(w.poll() is None for w in survivors)
+    run.check("two text/audio and two image/aligner workers on 4 partitions, SIGKILL one of"
+              " each", figures=(f"the text/audio survivor held every text and audio partition"
+                                f" {took:.1f} s after the kill",
+                                _resumed(resume, "the image/aligner kill"),
+                                _restores(pipeline, [picture[1]])))
+    assert resume <= RESUME_MAX_S
 
 
 @ON_BOTH

@@ -12,6 +12,7 @@ import pytest
 from faust.transport.consumer import Consumer
 from faust.types import TP
 from faust.types.tuples import ConsumerMessage
+from faust.utils.tracing import noop_span
 from intervaltree import IntervalTree
 
 from app.kafka import commitguard
@@ -131,3 +132,89 @@ def test_one_commit_reads_the_unacked_set_once_for_all_its_partitions() -> None:
     assert got == {TP0: 9, TP1: 21}  # each stops at its own open record
     assert _Counted.reads == 1
     assert "_mmsync_open_low" not in c.__dict__  # nothing kept past the commit
+
+
+def _member(generation: int = 3) -> Any:
+    """A consumer whose ack, revoke and assignment are Faust's own (guarded), with the
+    state they touch; ``on_revoked`` stands for what the app does on a revoke."""
+    c = _consumer(committed=2476, acked=[], generation=generation)
+    c._acked.clear()
+    c._acked_index.clear()
+    c._unacked_messages = set()
+    c._n_acked = 0
+    c._waiting_for_ack = None
+    c._read_offset = {}
+    c._active_partitions = None
+    c._paused_partitions = set()
+    c.diag = SimpleNamespace(set_flag=lambda flag: None, unset_flag=lambda flag: None)
+    c.app.topics = SimpleNamespace(acks_enabled_for=lambda topic: True)
+    c.app._start_span_from_rebalancing = lambda name: noop_span()
+    c.app.on_rebalance_return = lambda: None
+    c._set_active_tps = lambda tps: None
+    c.ack = lambda message: Consumer.ack(c, message)
+    c.on_revoked = []
+
+    async def _on_partitions_revoked(revoked: set[TP]) -> None:
+        for step in c.on_revoked:
+            step()
+
+    async def _on_partitions_assigned(assigned: set[TP], generation_id: int) -> None:
+        c._committed_offset.update({tp: 2476 for tp in assigned})  # Faust's seek
+
+    c._on_partitions_revoked = _on_partitions_revoked
+    c._on_partitions_assigned = _on_partitions_assigned
+    return c
+
+
+def _taken(c: Any, offset: int, generation: int = 3) -> Any:
+    """A message of TP0 a stream took (tracked in the unacked set, as Faust does)."""
+    msg = _event(offset, generation).message
+    c._unacked_messages.add(msg)
+    return msg
+
+
+async def test_records_skipped_in_a_rebalance_are_not_committed_past_the_open_ones() -> None:
+    """The scene of the CI failure (2026-12-06): the aligner holds 2476-2477 open in a
+    window; 2478-2490 wait in the stream's buffer. The partition is revoked: Faust clears
+    its acks and committed offset, the aligner drops its windows (the open messages leave
+    the unacked set), and the stream skips the buffered records and acks them. Counted,
+    those acks start from nothing and the commit timer commits 2491: whoever holds the
+    partition next starts past 2476-2477."""
+    c = _member()
+    open_ = [_taken(c, 2476), _taken(c, 2477)]
+    buffered = [_event(k).message for k in range(2478, 2491)]
+
+    def aligner_drops() -> None:
+        c._unacked_messages.difference_update(open_)
+
+    def stream_skips() -> None:
+        for msg in buffered:
+            assert msg.ack(c) is False  # Faust's skip: "otherwise the lag would increase"
+
+    c.on_revoked = [aligner_drops, stream_skips]
+    await Consumer.on_partitions_revoked(c, {TP0})
+    assert all(msg.acked for msg in buffered)  # done with: nothing waits for them
+    assert not c._acked[TP0] and Consumer._new_offset(c, TP0) is None
+    # what the acks would have made of it, unguarded (Faust's own arithmetic)
+    bare = _consumer(committed=None, acked=list(range(2478, 2491)))
+    assert Consumer._new_offset(bare, TP0) == 2491
+
+
+async def test_after_the_assignment_acks_of_the_new_generation_count_and_old_ones_do_not() -> None:
+    c = _member()
+    late = _taken(c, 2480)  # taken before the rebalance, finished after it
+    await Consumer.on_partitions_revoked(c, {TP0})
+    c.app.consumer_generation_id = 4  # aiokafka's listener sets it, then assigns
+    await Consumer.on_partitions_assigned(c, {TP0}, 4)
+    assert late.ack(c) is False and not c._acked[TP0]
+    replayed = [_taken(c, k, generation=4) for k in (2476, 2477)]
+    assert all(msg.ack(c) for msg in replayed)
+    assert Consumer._new_offset(c, TP0) == 2478
+
+
+async def test_a_revoke_of_one_partition_leaves_the_acks_of_another_counted() -> None:
+    c = _member()
+    await Consumer.on_partitions_revoked(c, {TP1})
+    msg = _taken(c, 2476)
+    assert msg.ack(c) is True
+    assert Consumer._new_offset(c, TP0) == 2477
