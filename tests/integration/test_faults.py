@@ -149,18 +149,21 @@ async def test_sigkill_of_one_worker_of_each_kind_in_a_split_group(pipeline):
              for _ in range(2)]
     picture = [pipeline.start_worker(MMSYNC_MODELS="light", MMSYNC_AGENTS="image,aligner")
                for _ in range(2)]
-    run = LiveRun(pipeline, specs(stream_ids(s.partitions), seconds=45))
+
+    def parts() -> str:
+        return "; ".join(f"worker {i}: " + ", ".join(
+            f"{m} {held(pipeline, w, s.topic(m))}" for m in ("text", "audio", "image",
+                                                              "features"))
+            for i, w in enumerate([*sound, *picture]))
+
+    # 55 s of media: the second kill must come while the streams still run, after the
+    # first windows, the first takeover (10-12 s here) and windows after it
+    run = LiveRun(pipeline, specs(stream_ids(s.partitions), seconds=55))
     run.start()
     try:
         await run.wait_for(lambda: run.all_streams_out_since(run.t0), 120, "first windows")
         await all_emitting(pipeline, picture, 90)
         t_sound = await _kill(sound[0])
-        def parts() -> str:
-            return "; ".join(f"worker {i}: " + ", ".join(
-                f"{m} {held(pipeline, w, s.topic(m))}" for m in ("text", "audio", "image",
-                                                                  "features"))
-                for i, w in enumerate([*sound, *picture]))
-
         try:
             await run.wait_for(
                 lambda: all(len(held(pipeline, sound[1], s.topic(m))) == s.partitions
