@@ -31,6 +31,7 @@ from typing import IO
 
 from app.errors import BrokerStartError
 from app.kafka.embedded import free_port
+from app.runtime.children import die_with_parent
 
 __all__ = ["DEFAULT_KAFKA_VERSION", "KafkaNode", "kafka_libs", "locate_java",
            "metadata_brokers"]
@@ -199,9 +200,8 @@ class KafkaNode:
         }
 
     def _java(self, java: str, heap_mb: int, *args: str) -> list[str]:
-        cmd = [java, f"-Xmx{heap_mb}m", *_JVM_FLAGS, "-cp", str(self.libs / "*"), *args]
-        pdeath = shutil.which("setpriv")
-        return [pdeath, "--pdeathsig", "TERM", *cmd] if pdeath else cmd
+        return die_with_parent(
+            [java, f"-Xmx{heap_mb}m", *_JVM_FLAGS, "-cp", str(self.libs / "*"), *args])
 
     def start(self) -> KafkaNode:
         if not any(self.libs.glob("kafka_2.13-*.jar")):

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import IO
 
 from app.errors import BrokerStartError
+from app.runtime.children import die_with_parent
 
 __all__ = ["EmbeddedBroker", "free_port", "kafka_ping", "locate_tansu"]
 
@@ -93,7 +94,8 @@ class EmbeddedBroker:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             out = self._log.fileno()
         try:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+            self._proc = subprocess.Popen(die_with_parent(cmd), stdout=out,
+                                          stderr=subprocess.STDOUT, env=env,
                                           start_new_session=True)
         except OSError as exc:
             raise BrokerStartError(f"cannot run {binary}: {exc}") from exc

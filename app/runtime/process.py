@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from app.runtime.children import die_with_parent
 from app.settings import Settings
 
 __all__ = ["peak_rss_bytes", "run_worker", "spawn_worker", "stop_process", "worker_env"]
@@ -90,12 +91,13 @@ def spawn_worker(env: dict[str, str], log_path: Path | None = None, *,
     """Start ``python -m module args`` (by default ``mmsync worker``) as a child in its own
     process group, with ``MMSYNC_*`` settings from ``env`` only (the parent's own
     ``MMSYNC_*`` variables are not inherited: :func:`worker_env` passes them all),
-    output to ``log_path``."""
+    output to ``log_path``. It gets SIGTERM if this process dies first
+    (:func:`~app.runtime.children.die_with_parent`)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("MMSYNC_")}
     full.update(env)
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen([sys.executable, "-m", module, *args], env=full, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(die_with_parent([sys.executable, "-m", module, *args]), env=full,
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def peak_rss_bytes(pid: int) -> int:
