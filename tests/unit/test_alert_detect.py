@@ -58,7 +58,9 @@ def test_nsfw_at_or_over_the_threshold_alerts_and_under_does_not():
     assert a.trace_id == "tr" and a.emitted_at == 42 and a.kafka_ts_ms == 1_000
     assert a.detail == {"threshold": 0.8} and a.skew_confidence == 1.0
     (a,) = d.record(_rec("image", 0, {"nsfw": 0.95, "reused": True}), REF)
-    assert a.detail["reused"] is True
+    assert a.detail["reused"] is True and "precision" not in a.detail
+    (a,) = d.record(_rec("image", 0, {"nsfw": 0.9, "nsfw_int8": True}), REF)
+    assert a.detail == {"threshold": 0.8, "precision": "int8"}  # the FP32 worker's fallback
     # no score: no alert (with the models on, the batch reports it blind: below)
     assert d.record(_rec("image", 0, {"luma": 0.5}), REF) == []
 

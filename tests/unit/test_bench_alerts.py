@@ -58,3 +58,55 @@ async def test_judge_counts_every_way_an_input_can_fare(tmp_path: Path) -> None:
     assert tx["p50_ms"] == 60.0 and im["p50_ms"] >= 40.0 and res["blind_records"] == 1
     at70 = SimpleNamespace(rate=1.0, p50_s=1.5, p99_s=2.5)
     print_report(res, at70)  # renders without error, with the verdict
+
+
+async def test_judge_takes_an_fp32_workers_int8_scores_where_its_alerts_say_so(
+        tmp_path: Path) -> None:
+    """A worker at FP32 scores a batch behind its records at INT8 (MMSYNC_DEGRADE_INT8):
+    an alert that says so is judged by the INT8 score, and a frame without an alert that
+    the two precisions put on either side of the threshold is left out (``int8``)."""
+    import pytest
+
+    from app.features.quantize import int8_instruction
+    from schemas.events import FrameEvent
+    from scripts.benchlib.alerts import _nsfw_scores
+
+    if int8_instruction() is None:
+        pytest.skip("no INT8 instruction on this CPU: an FP32 worker has no INT8 fallback")
+    models = Path(os.environ.get("MMSYNC_MODELS_DIR", tmp_path / "models"))
+    frames = [it for it in mix(SPEC) if it.modality == "image"]
+    data = {f.trace_id: decode_event("image", f.key, f.value, Limits()) for f in frames}
+    worker = {**worker_env(tmp_path, SimpleNamespace(no_alerts=False, alert_nsfw=0.0)),
+              "MMSYNC_PRECISION": "fp32"}
+    fp, i8 = _nsfw_scores([e.data for e in data.values() if isinstance(e, FrameEvent)],
+                          worker, models, tmp_path / "scores")
+    assert i8 is not None
+    # the frame the precisions disagree on most (relative): the threshold between its scores
+    def gap(tid: str) -> float:
+        d = data[tid]
+        assert isinstance(d, FrameEvent)
+        return abs(fp[d.data] - i8[d.data]) / max(fp[d.data], i8[d.data])
+
+    f = max(data, key=gap)
+    df = data[f]
+    assert isinstance(df, FrameEvent) and gap(f) > 0.05
+    th = (fp[df.data] + i8[df.data]) / 2
+    worker["MMSYNC_ALERT_NSFW"] = str(th)
+    got = []
+    for i, (tid, ev) in enumerate(data.items()):
+        assert isinstance(ev, FrameEvent)
+        if tid == f:
+            if i8[ev.data] >= th:  # its batch was behind: the worker's INT8 score alerted
+                got.append((_alert(tid, "image", "nsfw", 1000, threshold=th,
+                                   precision="int8"), 1050))
+            continue  # else: INT8 scored it under, no alert
+        if fp[ev.data] >= th:
+            got.append((_alert(tid, "image", "nsfw", 1000 + i, threshold=th), 1050 + i))
+    res = await judge(SimpleNamespace(got=got, bad=0), SPEC, worker, tmp_path,
+                      Settings(data_dir=tmp_path), models_dir=models, settle_s=0, edge_s=0)
+    im = res["image"]
+    assert im["missed"] == 0 and im["false"] == 0, im
+    if i8[df.data] >= th:
+        assert im["alerted"] >= 1
+    else:
+        assert im["int8"] >= 1

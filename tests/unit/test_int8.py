@@ -21,6 +21,7 @@ from app.features.cudalibs import cuda_problem, elf_needed
 from app.features.image import ImageExtractor, effnet_input, nsfw_input
 from app.features.onnx import CPU, ModelRuntime
 from app.features.quantize import Calibration, cpu_model, fold_conv_affine, int8_model
+from schemas.events import FrameEvent
 
 MODELS = Path(os.environ.get("MMSYNC_MODELS_DIR", "/tmp/mmsync-models"))
 _ORT_ERRORS = ("[E:onnxruntime", "EP Error", "Failed to load library",
@@ -296,6 +297,54 @@ def test_int8_and_fp32_features_have_their_own_cache_keys(both, tmp_path):
         assert memo.get("image", k32) is None and memo.get("image", k8) == {"nsfw": 0.5}
     finally:
         memo.close()
+
+
+def _jpeg(rgb: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def test_an_fp32_batch_behind_its_records_is_scored_at_int8(both, monkeypatch):
+    """Issue 26: at FP32, a batch that skips the embedding (behind its records) is scored
+    by the INT8 Open-NSFW, with INT8's own scores; a batch that is not behind keeps FP32's.
+    Where the CPU has no INT8 instruction (auto runs FP32 there), there is no fallback."""
+    ex = ImageExtractor(ModelRuntime("cpu", models_dir=MODELS, precision="fp32"),
+                        int8_fallback=True)
+    ex.load()
+    assert ex.nsfw is not None and ex.nsfw.precision == "fp32"
+    if quantize.int8_instruction() is None:
+        assert ex.nsfw_int8 is None
+        return
+    assert ex.nsfw_int8 is not None and ex.nsfw_int8.precision == "int8"
+    rgbs = frames.warm_frames(4)  # mid-range scores: INT8 and FP32 differ on them
+    (_, fp32), (_, int8) = _scores(both["fp32"], rgbs), _scores(both["int8"], rgbs)
+    assert np.abs(fp32 - int8).max() > 1e-3  # else the test could not tell them apart
+    emb, full = ex.embed_nsfw(rgbs, embed=True)
+    assert emb is not None and ex.int8_scored == 0
+    np.testing.assert_allclose(full, fp32, atol=1e-4)
+    none, behind = ex.embed_nsfw(rgbs, embed=False)
+    assert none is None and ex.int8_scored == 4
+    np.testing.assert_allclose(behind, int8, atol=1e-4)
+    # through run(): such frames say so (their alerts carry precision int8)
+    evs = [FrameEvent(stream_id=f"s{i}", ts=0, data=_jpeg(rgb)) for i, rgb in enumerate(rgbs)]
+    ex.embed = False
+    assert all(f["nsfw_int8"] is True and "emb" not in f for f in ex.run(evs))
+    ex.embed = True
+    assert not any("nsfw_int8" in f for f in ex.run(evs))
+
+    off = ImageExtractor(ModelRuntime("cpu", models_dir=MODELS, precision="fp32"))
+    off.load()
+    assert off.nsfw_int8 is None
+    monkeypatch.setattr(quantize, "int8_instruction", lambda *a: None)
+    none_here = ImageExtractor(ModelRuntime("cpu", models_dir=MODELS, precision="fp32"),
+                               int8_fallback=True)
+    none_here.load()
+    assert none_here.nsfw_int8 is None
 
 
 def test_calibration_and_accuracy_frames_are_fixed_and_apart():
