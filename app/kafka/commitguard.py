@@ -70,7 +70,10 @@ _MARK = "_mmsync_commit_guard"
 _HOLDS = "_mmsync_holds"
 #: per Faust consumer, during one commit's filtering: TP -> lowest open offset (_open_low)
 _OPEN = "_mmsync_open_low"
-#: per Faust consumer: (the generation a revoke came in, the TPs revoked in it)
+#: per Faust consumer: (the generation a revoke came in, the TPs revoked in it). The
+#: assignment that follows clears it; the generation is kept so that, should the consumer's
+#: generation move on before that wrapper runs, a record of the new generation is never
+#: taken for one fetched before the revoke.
 _REVOKED = "_mmsync_revoked"
 #: per Faust consumer: TP -> acks not counted since the last assignment (logged then)
 _REFUSED = "_mmsync_refused_acks"
