@@ -222,9 +222,17 @@ def register(rt: Runtime, modality: str) -> None:
             # one is not sent again, but its failure is read (and counted) here.
             log.info("progress marks of %s: %s", modality, exc)
 
+    int8_counted = 0
+
     async def show_level() -> None:
         # Between batches too: an idle worker's level decays (app.features.degrade).
         rt.metrics.degradation.labels(modality).set(pipeline.level_now())
+        if modality == "image":  # frames scored by the INT8 fallback (ImageExtractor)
+            nonlocal int8_counted
+            n = getattr(pipeline.extractor(modality), "int8_scored", 0)
+            if n > int8_counted:
+                rt.metrics.int8_scored.inc(n - int8_counted)
+                int8_counted = n
 
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)
     rt.timer(1.0, f"mmsync.features.{modality}.level", show_level)

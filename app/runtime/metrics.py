@@ -128,6 +128,10 @@ class Metrics:
                                      "Inputs not checked for alerts: frames left unscored under"
                                      " load (reported by blind alerts)",
                                      ["modality", "reason"], registry=r)
+        self.int8_scored = Counter("mmsync_image_int8_scored_total",
+                                   "Frames a worker at FP32 scored with the INT8 Open-NSFW"
+                                   " because their batch was behind (MMSYNC_DEGRADE_INT8)",
+                                   registry=r)
         self.ready = Gauge("mmsync_ready",
                            "1 once the models are loaded and the worker has its partitions"
                            " (also GET /ready)", registry=r)
