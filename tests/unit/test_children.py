@@ -53,16 +53,20 @@ def _orphan_after_kill(setup: str) -> int:
     return child
 
 
+def _assert_stops(child: int, what: str) -> None:
+    try:
+        assert _gone(child), f"{what} {child} outlived the killed process that started it"
+    finally:
+        if not _gone(child, 0):
+            os.kill(child, signal.SIGKILL)
+
+
 def test_a_child_stops_when_its_parent_is_killed() -> None:
     child = _orphan_after_kill(
         "from app.runtime.children import die_with_parent\n"
         "p = subprocess.Popen(die_with_parent(['sleep', '60']), start_new_session=True)\n"
         "pid = p.pid")
-    try:
-        assert _gone(child), f"sleep {child} outlived its killed parent"
-    finally:
-        if not _gone(child, 0):
-            os.kill(child, signal.SIGKILL)
+    _assert_stops(child, "sleep")
 
 
 def test_the_embedded_broker_stops_when_the_process_that_started_it_is_killed() -> None:
@@ -70,11 +74,7 @@ def test_the_embedded_broker_stops_when_the_process_that_started_it_is_killed() 
         "from app.kafka.embedded import EmbeddedBroker\n"
         "b = EmbeddedBroker().start()\n"
         "pid = b.pid")
-    try:
-        assert _gone(child), f"Tansu {child} outlived the killed process that started it"
-    finally:
-        if not _gone(child, 0):
-            os.kill(child, signal.SIGKILL)
+    _assert_stops(child, "Tansu")
 
 
 def test_the_command_is_unchanged_without_setpriv(monkeypatch: pytest.MonkeyPatch) -> None:
