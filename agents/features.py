@@ -222,17 +222,19 @@ def register(rt: Runtime, modality: str) -> None:
             # one is not sent again, but its failure is read (and counted) here.
             log.info("progress marks of %s: %s", modality, exc)
 
-    int8_counted = 0
+    #: the image extractor's counts already added to their counters (metric -> count)
+    counted = {"int8_scored": 0, "unembedded": 0}
 
     async def show_level() -> None:
         # Between batches too: an idle worker's level decays (app.features.degrade).
         rt.metrics.degradation.labels(modality).set(pipeline.level_now())
-        if modality == "image":  # frames scored by the INT8 fallback (ImageExtractor)
-            nonlocal int8_counted
-            n = getattr(pipeline.extractor(modality), "int8_scored", 0)
-            if n > int8_counted:
-                rt.metrics.int8_scored.inc(n - int8_counted)
-                int8_counted = n
+        if modality == "image":  # frames scored by the INT8 fallback, without embedding
+            ex = pipeline.extractor(modality)
+            for name, was in counted.items():
+                n = getattr(ex, name, 0)
+                if n > was:
+                    getattr(rt.metrics, name).inc(n - was)
+                    counted[name] = n
 
     rt.app.agent(rt.topics[modality], name=f"mmsync.features.{modality}")(agent)
     rt.timer(1.0, f"mmsync.features.{modality}.level", show_level)

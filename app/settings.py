@@ -162,16 +162,18 @@ class Settings(BaseSettings):
                                 " delay the records waiting behind a batch will reach) above"
                                 " which the degradation level goes up (one step, or to the"
                                 " level a longer delay calls for), ms")
-    degrade_embed_lag_ms: int = Field(default=250, ge=0, description="a frame batch whose"
-                                      " oldest record waited longer than this, or with that"
-                                      " much waiting behind it, runs Open-NSFW only, without"
-                                      " the EfficientNet embedding, so frame alerts keep up"
-                                      " with a burst, ms; 0: never (issue 26)")
+    degrade_embed_lag_ms: int = Field(default=200, ge=0, description="a frame batch whose"
+                                      " alerts would come later than this after their records"
+                                      " (its oldest record's wait, or the wait of those behind"
+                                      " it, plus its recent time to scores) runs Open-NSFW"
+                                      " only, without the EfficientNet embedding, so frame"
+                                      " alerts keep up with a burst, ms; 0: never (issue 26)")
     degrade_int8: bool = Field(default=True, description="at FP32 on a CPU with an INT8"
-                               " instruction (the one auto would use), a frame batch behind"
-                               " its records (degrade_embed_lag_ms) is scored by the INT8"
-                               " Open-NSFW, about 2.7x faster: every frame still scored, its"
-                               " alert sooner, the score within INT8's error (issue 26)")
+                               " instruction (the one auto would use), a frame batch whose"
+                               " alerts would come late (degrade_embed_lag_ms) is scored by"
+                               " the INT8 Open-NSFW, about 2.7x faster: every frame still"
+                               " scored, its alert sooner, the score within INT8's error"
+                               " (issue 26)")
     producer_linger_ms: int = Field(default=5, ge=0, le=1000, description="the workers'"
                                     " producer waits up to this long to put more records in"
                                     " one request, ms (Faust's producer_linger; 0: each send"

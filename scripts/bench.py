@@ -147,9 +147,15 @@ def _start(kind: str, broker: EmbeddedBroker | KafkaNode, tmp: Path, workers: in
 
 # -- metrics -------------------------------------------------------------------
 
+#: frames the image models ran on without their full work, counters -> Step field
+_FRAME_COUNTS = {"mmsync_image_unembedded_total": "unembedded",
+                 "mmsync_image_int8_scored_total": "int8_scored"}
+
+
 def _scrape(ports: list[int]) -> dict[tuple[str, str, float], float]:
     """Cumulative bucket counts of mmsync_stage_seconds, summed over workers:
-    (stage, "bucket", le) -> count; plus cache requests as (modality, result, 0)."""
+    (stage, "bucket", le) -> count; plus cache requests as (modality, result, 0) and
+    the _FRAME_COUNTS as (field, "frames", 0)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[tuple[str, str, float], float] = collections.defaultdict(float)
@@ -168,6 +174,8 @@ def _scrape(ports: list[int]) -> dict[tuple[str, str, float], float]:
                     out[key] = max(out.get(key, 0.0), smp.value)
                 elif smp.name == "mmsync_cache_requests_total":
                     out[(smp.labels["modality"], smp.labels["result"], 0.0)] += smp.value
+                elif smp.name in _FRAME_COUNTS:
+                    out[(_FRAME_COUNTS[smp.name], "frames", 0.0)] += smp.value
     return out
 
 
@@ -221,6 +229,12 @@ class Step:
     #: share of polls above 0 (app/features/degrade.py: fewer image model runs under load).
     degrade_max: float = 0.0
     degrade_share: float = 0.0
+    #: frames scored without the EfficientNet embedding (their batch's alerts would have
+    #: come late: MMSYNC_DEGRADE_EMBED_LAG_MS), and of them scored by the INT8 Open-NSFW
+    #: at FP32 (MMSYNC_DEGRADE_INT8), over the step
+    unembedded: int = 0
+    int8_scored: int = 0
+    frames_sent: int = 0
     stages: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, float] = field(default_factory=dict)
     trace_ids: list[str] = field(default_factory=list, repr=False)
@@ -302,7 +316,8 @@ async def _step(side: Side, col: Collector, sp: MixSpec, rate: float, args: Any,
     items = mix(sp)
     modality_of = {it.trace_id: it.modality for it in items}
     st = Step(rate=rate, streams=sp.streams, sent=len(items),
-              offered_eps=len(items) / sp.seconds)
+              offered_eps=len(items) / sp.seconds,
+              frames_sent=sum(it.modality == "image" for it in items))
     sent: dict[str, tuple[int, float]] = {}
     mm = side.kind.startswith("mmsync")
     scrape0 = await asyncio.to_thread(_scrape, side.ports) if mm else {}
@@ -343,6 +358,8 @@ async def _step(side: Side, col: Collector, sp: MixSpec, rate: float, args: Any,
         for key, v in scrape1.items():
             if key[1] in ("hit", "miss") and key[2] == 0.0:
                 st.cache[f"{key[0]}_{key[1]}"] = v - scrape0.get(key, 0.0)
+            elif key[1] == "frames":
+                setattr(st, key[0], int(v - scrape0.get(key, 0.0)))
     if spy is not None:
         _finish_py_spy(spy, profile_to)
     lat, steady_merged, steady_frames = [], 0, 0
@@ -608,6 +625,8 @@ def _print_step(kind: str, st: Step) -> None:
         f"{st.qps:6.1f} ev/s {st.frames_ps:5.1f} fr/s | {st.cores:4.2f} cores | "
         f"drain {st.drain_s:4.1f} s"
         + (f" | degrade max {st.degrade_max:g} ({100 * st.degrade_share:.0f}% of the time)"
+           f", frames without embedding {st.unembedded}/{st.frames_sent}"
+           f" (at INT8 {st.int8_scored})"
            if kind.startswith("mmsync") else "") + f" {mark}", highlight=False)
 
 
@@ -792,7 +811,8 @@ def _report_one(nv: dict[str, Any] | None, kind: str, mm: dict[str, Any], raw_fp
               f"{100 * top.frames_ps / raw_fps:.0f}% of raw ONNX {raw_fps:.1f} frames/s "
               f"(near-duplicate reuse, the cache and degradation let it pass 100%; "
               f"degradation level max {top.degrade_max:g}, above 0 "
-              f"{100 * top.degrade_share:.0f}% of the step)")
+              f"{100 * top.degrade_share:.0f}% of the step; frames scored without the "
+              f"embedding, whatever the level: {top.unembedded} of {top.frames_sent} sent)")
         hits = sum(v for k, v in top.cache.items() if k.endswith("_hit"))
         asked = hits + sum(v for k, v in top.cache.items() if k.endswith("_miss"))
         if asked:

@@ -229,8 +229,14 @@ class ImageExtractor:
         #: Open-NSFW at INT8 beside an FP32 one on the CPU (``int8_fallback``): it scores
         #: the batches that skip the embedding (``embed`` False), 2.7x faster here
         self.nsfw_int8: ModelSession | None = None
-        #: frames scored by nsfw_int8 (for metrics and tests)
+        #: frames scored by nsfw_int8, and frames scored without the embedding (``embed``
+        #: False), at any precision (for metrics and tests)
         self.int8_scored = 0
+        self.unembedded = 0
+        #: wall seconds per frame from a batch's start to its Open-NSFW scores, on recent
+        #: batches that ran with the embedding (EWMA, 0.2 per batch; 0 before the first):
+        #: what a batch adds to its frames' alert latency (FeaturePipeline._degrade)
+        self.score_s = 0.0
         self._ocr: Any = None
         self._side: ThreadPoolExecutor | None = None
         self.load_s: dict[str, float] = {}
@@ -299,6 +305,8 @@ class ImageExtractor:
         self.load()
         effnet, nsfw = self.effnet, self.nsfw
         assert effnet is not None and nsfw is not None
+        if not embed:
+            self.unembedded += len(rgbs)
         if not embed and self.nsfw_int8 is not None:
             nsfw = self.nsfw_int8
             self.int8_scored += len(rgbs)
@@ -410,6 +418,7 @@ class ImageExtractor:
         is not called when the batch raises before then.
         """
         self.load()
+        t0 = time.perf_counter()
         items: list[_Item | Exception] = []
         self._batch.clear()
         for ev in events:
@@ -423,6 +432,9 @@ class ImageExtractor:
         mark = {"nsfw_int8": True} if not self.embed and self.nsfw_int8 is not None else {}
 
         def early(probs: np.ndarray) -> None:
+            if self.embed and events:  # the time to scores of a batch that runs both models
+                per = (time.perf_counter() - t0) / len(events)
+                self.score_s = per if self.score_s == 0 else 0.8 * self.score_s + 0.2 * per
             for it, p in zip(fresh, probs, strict=True):
                 it.anchor.feats = {"nsfw": float(p), **mark}  # the embedding follows
             if scored is not None:

@@ -162,9 +162,11 @@ class FeaturePipeline:
 
         Issue 26: the level reacts to a backlog 1 s old (``MMSYNC_DEGRADE_LAG_MS``), but a
         frame alert should come within 300 ms, and a 3x burst outruns both image models at
-        once for its 2 s. A frame batch already ``MMSYNC_DEGRADE_EMBED_LAG_MS`` behind runs
-        Open-NSFW alone (the score an alert needs; EfficientNet is 30 to 40 % of a frame's
-        model time): decided per batch, so the embeddings are back with the first batch
+        once for its 2 s. A frame batch whose alerts would come more than
+        ``MMSYNC_DEGRADE_EMBED_LAG_MS`` after their records (the delay so far plus the
+        batch's time to its scores, ``ImageExtractor.score_s``) runs Open-NSFW alone (the
+        score an alert needs; EfficientNet is 30 to 40 % of a frame's model time): decided
+        per batch, so the embeddings are back with the first batch
         that is not behind, and no frame goes unscored for it. At FP32 on a CPU with an
         INT8 instruction such a batch is scored by the INT8 Open-NSFW
         (``MMSYNC_DEGRADE_INT8``), 2.7x faster."""
@@ -172,8 +174,13 @@ class FeaturePipeline:
         delay_s = max(0.0, self._clock() - min(sent) / 1000.0) if sent else 0.0
         delay_s = max(delay_s, behind * self._record_s.get(modality, 0.0))
         if isinstance(ex, ImageExtractor):
+            # The alert of the batch's last frame, were it run with the embedding: the
+            # delay so far plus the batch's time to its scores at the recent seconds per
+            # frame. Against the delay alone, a frame alert's p99 sat at the bound plus a
+            # batch's Open-NSFW time (359 ms at FP32 on Kafka, docs/benchmarks.md).
             lag_s = self.settings.degrade_embed_lag_ms / 1000
-            ex.embed = not (self.degrader.enabled and lag_s > 0 and delay_s > lag_s)
+            alert_s = delay_s + len(msgs) * ex.score_s
+            ex.embed = not (self.degrader.enabled and lag_s > 0 and alert_s > lag_s)
         if not sent:
             return
         ex.set_level(LEVELS[self.degrader.observe(delay_s, self._monotonic())])

@@ -132,6 +132,10 @@ class Metrics:
                                    "Frames a worker at FP32 scored with the INT8 Open-NSFW"
                                    " because their batch was behind (MMSYNC_DEGRADE_INT8)",
                                    registry=r)
+        self.unembedded = Counter("mmsync_image_unembedded_total",
+                                  "Frames scored without the EfficientNet embedding because"
+                                  " their batch's alerts would have come late"
+                                  " (MMSYNC_DEGRADE_EMBED_LAG_MS)", registry=r)
         self.ready = Gauge("mmsync_ready",
                            "1 once the models are loaded and the worker has its partitions"
                            " (also GET /ready)", registry=r)

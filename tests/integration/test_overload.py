@@ -122,14 +122,21 @@ async def test_twice_the_sustainable_rate_degrades_and_loses_nothing(pipeline):
     watcher.join()
     peak = peak_rss_bytes(worker.pid)
     top = max(lv for _, lv, _ in levels)
+    await asyncio.sleep(1.5)  # the counters are fed once a second
+    got = re.search(r"^mmsync_image_unembedded_total ([0-9.e+]+)$", pipeline.metrics(worker),
+                    re.MULTILINE)
+    unembedded = float(got.group(1)) if got else 0.0
     print(f"\noverload: {len(sched)} records in {sent_s:.0f} s ({STREAMS * FPS} frames/s); "
           f"merged {out.merged()}, late {len(out.late)}, dead letters {len(out.dlq)}; "
           f"highest level {top:.0f}; drained {drain_s:.1f} s after the load stopped; "
           f"max image lag {max(lag for *_, lag in levels):.0f} records; "
-          f"peak RSS {peak / 2**20:.0f} MiB (cap {RSS_CAP_BYTES / 2**20:.0f})")
+          f"peak RSS {peak / 2**20:.0f} MiB (cap {RSS_CAP_BYTES / 2**20:.0f}); "
+          f"frames scored without the embedding {unembedded:.0f}")
     print("level over time: " + " ".join(f"{t:.0f}s:{lv:.0f}" for t, lv, _ in levels[::3]))
     assert out.accounted == len(sched), pipeline.logs()
     assert not out.dlq and worker.poll() is None
     assert top >= 1, "twice the sustainable rate must raise the degradation level"
+    # batches behind their alerts' bound skip EfficientNet, and the metric says how many
+    assert unembedded > 0, "a backlog must make batches skip the embedding"
     assert drain_s < 45, "the backlog must stay bounded"
     assert peak < RSS_CAP_BYTES

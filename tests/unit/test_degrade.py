@@ -122,7 +122,7 @@ def test_a_near_duplicate_of_an_unscored_frame_is_scored_once_the_models_are_bac
 
 
 def test_a_frame_batch_behind_runs_nsfw_only_and_embeds_again_once_caught_up(pipe):
-    """Issue 26: a frame batch more than MMSYNC_DEGRADE_EMBED_LAG_MS (250 ms) behind skips
+    """Issue 26: a frame batch more than MMSYNC_DEGRADE_EMBED_LAG_MS (200 ms) behind skips
     EfficientNet (every frame still scored: no blind frame), decided per batch."""
     pipe.degrader = Degrader(lag_s=10.0)  # the levels stay at 0: only the embedding rule
     sent = int(time.time() * 1000) - 400  # 400 ms ago
@@ -139,6 +139,34 @@ def test_a_frame_batch_behind_runs_nsfw_only_and_embeds_again_once_caught_up(pip
     (r,) = pipe.process("image", [replace(raw_msg(
         frame_event(chart(150), "emb", 4 * 200_000), 4), timestamp_ms=now)])
     assert "emb" in r.feats
+
+
+def test_the_embedding_rule_reads_when_the_batchs_alerts_would_come(pipe):
+    """A frame batch whose records waited under MMSYNC_DEGRADE_EMBED_LAG_MS (200 ms) still
+    skips EfficientNet when its time to its scores (ImageExtractor.score_s per frame, measured
+    on batches that embedded) would bring its alerts past it."""
+    pipe.degrader = Degrader(lag_s=10.0)  # the levels stay at 0: only the embedding rule
+    im = pipe.extractor("image")
+    im.score_s = 0.0
+    lag_s = pipe.settings.degrade_embed_lag_ms / 1000
+
+    def batch(first: int) -> list:
+        sent = int((time.time() - lag_s / 2) * 1000)  # half the bound ago
+        return [replace(raw_msg(frame_event(chart(first + i), "soon", (first + i) * 200_000),
+                                first + i), timestamp_ms=sent) for i in range(2)]
+
+    out = pipe.process("image", batch(300))  # no time to scores measured yet: the wait alone
+    assert all("emb" in r.feats for r in out)
+    assert im.score_s > 0  # measured on that batch
+    im.score_s = 0.4 * lag_s  # 2 frames: their alerts at 1.3x the bound
+    before = im.unembedded
+    out = pipe.process("image", batch(310))
+    assert all("nsfw" in r.feats and "emb" not in r.feats for r in out)
+    assert im.unembedded == before + 2  # counted (mmsync_image_unembedded_total)
+    assert im.score_s == 0.4 * lag_s  # a batch without the embedding is not measured
+    im.score_s = 0.1 * lag_s  # 0.7x the bound
+    out = pipe.process("image", batch(320))
+    assert all("emb" in r.feats for r in out)
 
 
 def test_a_backlog_behind_the_batch_degrades_before_its_records_are_old(pipe):

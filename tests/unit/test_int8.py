@@ -328,7 +328,7 @@ def test_an_fp32_batch_behind_its_records_is_scored_at_int8(both, monkeypatch):
     assert emb is not None and ex.int8_scored == 0
     np.testing.assert_allclose(full, fp32, atol=1e-4)
     none, behind = ex.embed_nsfw(rgbs, embed=False)
-    assert none is None and ex.int8_scored == 4
+    assert none is None and ex.int8_scored == 4 and ex.unembedded == 4
     np.testing.assert_allclose(behind, int8, atol=1e-4)
     # through run(): such frames say so (their alerts carry precision int8)
     evs = [FrameEvent(stream_id=f"s{i}", ts=0, data=_jpeg(rgb)) for i, rgb in enumerate(rgbs)]
