@@ -330,20 +330,19 @@ class ModelRuntime:
                 log.warning("%s: INT8 fallback not built (%s); behind batches run FP32",
                             name, exc)
                 return None
-        ms = ModelSession(name, sess, sess.get_inputs()[0].name,
-                          cpu_factory=lambda: self.cpu_session(int8), precision="int8",
-                          model_file=int8.name)
-        self.models[f"{name}_int8_fallback"] = (ms.provider, "int8")  # mmsync_model_info
-        log.info("%s: INT8 fallback for batches behind their records (the CPU has %s), %s",
-                 name, isa, int8.name)
-        return ms
+        # listed apart from the FP32 session in mmsync_model_info
+        return self._wrap(name, sess, int8, int8, "int8", key=f"{name}_int8_fallback",
+                          why=f"the fallback for batches behind their records; the CPU has"
+                              f" {isa}")
 
     def _wrap(self, name: str, sess: Any, src: Path, model: Path, precision: str,
-              why: str = "") -> ModelSession:
+              why: str = "", key: str | None = None) -> ModelSession:
+        """``name``'s session, registered under ``key`` (default ``name``) for
+        mmsync_model_info."""
         ms = ModelSession(name, sess, sess.get_inputs()[0].name,
                           cpu_factory=lambda: self.cpu_session(src), precision=precision,
                           model_file=model.name)
-        self.models[name] = (ms.provider, precision)
+        self.models[key or name] = (ms.provider, precision)
         log.info("%s: %s, %s%s, %d intra-op thread(s), %s", name, ms.provider, precision,
                  f" ({why})" if why else "", self.threads, model.name)
         return ms

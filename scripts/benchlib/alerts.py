@@ -153,7 +153,8 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
     mine = [(a, ts) for a, ts in col.got if a.trace_id in events
             or any(t in events for t in a.detail.get("trace_ids", ()))]
     alerted: dict[str, set[str]] = {}
-    by_tid: dict[str, Alert] = {}
+    #: (trace id, kind) -> its alert: a frame may have an nsfw and an ocr_term alert
+    by_tid: dict[tuple[str, str], Alert] = {}
     blind: set[str] = set()
     #: (latency s, in a burst or its drain, in the steady part)
     lat: dict[str, list[tuple[float, bool, bool]]] = {"image": [], "text": []}
@@ -166,7 +167,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
             blind.update(a.detail.get("trace_ids", ()))
             continue
         alerted.setdefault(a.trace_id, set()).add(a.kind)
-        by_tid[a.trace_id] = a
+        by_tid[(a.trace_id, a.kind)] = a
         if a.modality in lat and a.kafka_ts_ms > 0:
             it, _ = events[a.trace_id]
             steady = edge_s <= it.t < sp.seconds - edge_s
@@ -188,7 +189,7 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
             c["inputs"] += 1
             if isinstance(ev, FrameEvent):
                 sc = scores[ev.data]
-                a = by_tid.get(tid) if kind in alerted.get(tid, set()) else None
+                a = by_tid.get((tid, kind))
                 if a is not None and a.detail.get("precision") == "int8":
                     assert scores_int8 is not None, "an INT8 score from a worker without one"
                     sc = scores_int8[ev.data]  # its batch was behind: scored at INT8
@@ -217,11 +218,11 @@ async def judge(col: AlertCollector, sp: MixSpec, worker: dict[str, str], tmp: P
                     missed.append(tid)
             else:
                 c["under"] += 1
-                if got and by_tid[tid].detail.get("reused"):
+                if got and by_tid[(tid, kind)].detail.get("reused"):
                     c["dup"] += 1  # judged by its near-duplicate's score: the design
                 elif got:
                     c["false"] += 1
-                    false.append(f"{tid} (alert score {by_tid[tid].score:.4f}, here "
+                    false.append(f"{tid} (alert score {by_tid[(tid, kind)].score:.4f}, here "
                                  f"{sc:.4f})" if isinstance(ev, FrameEvent) else tid)
         every = [x for x, _, _ in lat[mod]]
         xs = [x for x, _, st in lat[mod] if st]

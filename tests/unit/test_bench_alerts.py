@@ -99,6 +99,8 @@ async def test_judge_takes_an_fp32_workers_int8_scores_where_its_alerts_say_so(
             if i8[ev.data] >= th:  # its batch was behind: the worker's INT8 score alerted
                 got.append((_alert(tid, "image", "nsfw", 1000, threshold=th,
                                    precision="int8"), 1050))
+                # and its OCR text's alert after it: the nsfw alert is still the one judged
+                got.append((_alert(tid, "image", "ocr_term", 1000, terms=["x"]), 1060))
             continue  # else: INT8 scored it under, no alert
         if fp[ev.data] >= th:
             got.append((_alert(tid, "image", "nsfw", 1000 + i, threshold=th), 1050 + i))

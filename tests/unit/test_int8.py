@@ -313,14 +313,17 @@ def test_an_fp32_batch_behind_its_records_is_scored_at_int8(both, monkeypatch):
     """Issue 26: at FP32, a batch that skips the embedding (behind its records) is scored
     by the INT8 Open-NSFW, with INT8's own scores; a batch that is not behind keeps FP32's.
     Where the CPU has no INT8 instruction (auto runs FP32 there), there is no fallback."""
-    ex = ImageExtractor(ModelRuntime("cpu", models_dir=MODELS, precision="fp32"),
-                        int8_fallback=True)
+    rt = ModelRuntime("cpu", models_dir=MODELS, precision="fp32")
+    ex = ImageExtractor(rt, int8_fallback=True)
     ex.load()
     assert ex.nsfw is not None and ex.nsfw.precision == "fp32"
     if quantize.int8_instruction() is None:
         assert ex.nsfw_int8 is None
         return
     assert ex.nsfw_int8 is not None and ex.nsfw_int8.precision == "int8"
+    # mmsync_model_info lists both, the FP32 entry kept
+    assert rt.models["open_nsfw"][1] == "fp32"
+    assert rt.models["open_nsfw_int8_fallback"][1] == "int8"
     rgbs = frames.warm_frames(4)  # mid-range scores: INT8 and FP32 differ on them
     (_, fp32), (_, int8) = _scores(both["fp32"], rgbs), _scores(both["int8"], rgbs)
     assert np.abs(fp32 - int8).max() > 1e-3  # else the test could not tell them apart
