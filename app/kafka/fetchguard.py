@@ -8,7 +8,7 @@ above 0 (aiokafka 0.14: ``if offset and offset > 0``). A partition with nothing 
 keeps its fetch position, past the discarded batch, and those records never reach a stream.
 
 Seen in the SIGKILL and join/leave fault tests on Apache Kafka (docs/broker.md):
-- the first 9 to 20 s of frames of a stream lost in the aligner;
+- the first 17 to 20 s of frames of a stream lost in the aligner;
 - the first sound of a stream lost, partly before the feature records were made.
 
 A run with each batch and each record the aligner took logged showed the scene:
