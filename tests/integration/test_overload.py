@@ -31,6 +31,7 @@ from app.kafka.topics import ensure_topics
 from app.runtime.process import peak_rss_bytes
 from schemas.events import AudioChunk, FrameEvent, TextEvent, encode_event
 from tests.integration.brokers import ON_BOTH
+from tests.integration.faults import metric
 
 pytestmark = pytest.mark.integration
 
@@ -123,9 +124,7 @@ async def test_twice_the_sustainable_rate_degrades_and_loses_nothing(pipeline):
     peak = peak_rss_bytes(worker.pid)
     top = max(lv for _, lv, _ in levels)
     await asyncio.sleep(1.5)  # the counters are fed once a second
-    got = re.search(r"^mmsync_image_unembedded_total ([0-9.e+]+)$", pipeline.metrics(worker),
-                    re.MULTILINE)
-    unembedded = float(got.group(1)) if got else 0.0
+    unembedded = metric(pipeline, worker, "mmsync_image_unembedded_total")
     print(f"\noverload: {len(sched)} records in {sent_s:.0f} s ({STREAMS * FPS} frames/s); "
           f"merged {out.merged()}, late {len(out.late)}, dead letters {len(out.dlq)}; "
           f"highest level {top:.0f}; drained {drain_s:.1f} s after the load stopped; "
