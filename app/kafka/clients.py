@@ -22,6 +22,7 @@ from aiokafka.partitioner import murmur2
 from aiokafka.structs import ConsumerRecord
 
 from app.errors import MmsyncError
+from app.kafka import gapguard
 from app.settings import Settings
 
 __all__ = ["COMPACTED_TOPICS", "CONTRACT_TOPICS", "INTERNAL_TOPICS", "auth_kwargs", "consume",
@@ -76,6 +77,8 @@ def make_consumer(s: Settings, *topics: str, **kw: Any) -> AIOKafkaConsumer:
     if s.broker_embedded:
         opts["fetch_max_wait_ms"] = s.embedded_fetch_wait_ms
     opts.update(kw)
+    # no batch skipped when the broker answers with a later one (Tansu: app.kafka.gapguard)
+    gapguard.install(s.topic(name) for name in COMPACTED_TOPICS)
     return AIOKafkaConsumer(*topics, bootstrap_servers=s.bootstrap, **auth_kwargs(s), **opts)
 
 

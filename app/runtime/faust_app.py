@@ -30,7 +30,7 @@ from faust.types.tuples import FutureMessage
 
 from app.cache.features import FeatureMemo
 from app.errors import MmsyncError
-from app.kafka import commitguard, fetchguard
+from app.kafka import commitguard, fetchguard, gapguard
 from app.kafka.clients import (
     COMPACTED_TOPICS,
     CONTRACT_TOPICS,
@@ -251,9 +251,12 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         conf["broker_credentials"] = _faust_credentials(s)
     # Faust commits through aiokafka: no commit while the worker is out of its group
     # (stale offsets after a broker restart; app.kafka.commitguard); a seek back to the
-    # committed offsets moves a partition with none to its start (app.kafka.fetchguard).
+    # committed offsets moves a partition with none to its start (app.kafka.fetchguard);
+    # a fetch answered with a later batch than the one asked is fetched again, not taken
+    # as a hole (Tansu: app.kafka.gapguard).
     commitguard.install()
     fetchguard.install()
+    gapguard.install(s.topic(name) for name in COMPACTED_TOPICS)
     app = _App(**conf, embedded=s.broker_embedded, fetch_wait_ms=s.embedded_fetch_wait_ms)
     topics = {name: app.topic(s.topic(name), key_type=bytes, value_type=bytes,
                               partitions=s.partitions,
