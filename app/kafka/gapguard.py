@@ -7,10 +7,11 @@ takes the later batch as a hole in the log (compaction makes such holes) and mov
 position past it; Faust then counts the hole as done. ``mm.features`` is written by the
 feature agents of every worker and by their progress marks at once, so the aligner
 skipped such batches: four frames of a stream "lost in the aligner" in the join/leave
-fault test (2026-12-07, a loop of it with each fetch logged), one input in each of two CI
-runs before that. A tailing aiokafka consumer beside three producers on one Tansu
-partition skipped 14 to 20 of about 47,000 offsets in 20 s; on Apache Kafka 3.9.2 it
-skipped none (docs/broker.md has the account and the commands).
+fault test (2026-12-07, a loop of it with each fetch logged); the single inputs lost so
+in two CI runs before that fit it too (not shown). A tailing aiokafka consumer beside
+three producers on one Tansu partition skipped 4 to 20 of about 47,000 offsets in each
+of 3 runs of 20 s; on Apache Kafka 3.9.2 it skipped none (docs/broker.md has the account
+and the commands).
 
 :func:`install` makes every aiokafka consumer of the process check each fetched batch of
 a topic that is not compacted: a batch that starts past the position asked is not
@@ -36,8 +37,9 @@ __all__ = ["CONFIRM_S", "GapJudge", "counts", "install"]
 
 log = logging.getLogger(__name__)
 
-#: How long a hole must persist (refetched all along) before it is taken as real, s.
-#: Tansu's missing batch came back on the next fetch, milliseconds later.
+#: How long a hole must last (fetched again all along, with no pause: a real hole costs
+#: this much busy fetching once) before it is taken as real, s. No hole on Tansu lasted
+#: that long in the runs of docs/broker.md.
 CONFIRM_S = 1.0
 
 
