@@ -59,17 +59,24 @@ class _Clock:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    """A judge on a clock the test moves, and the guard in place with ``mm.skew`` exempt
+    (both put back after the test)."""
     c = _Clock()
     monkeypatch.setattr(gapguard, "_JUDGE", gapguard.GapJudge(clock=c))
-    gapguard.install(["mm.skew"])
+    monkeypatch.setattr(gapguard, "_EXEMPT", {"mm.skew"})
+    monkeypatch.setattr(fetcher, "PartitionRecords", gapguard._GuardedPartitionRecords)
     return c
 
 
-def test_install_puts_the_check_where_aiokafkas_fetcher_builds_its_batches():
-    gapguard.install()
-    gapguard.install()
+def test_install_puts_the_check_where_aiokafkas_fetcher_builds_its_batches(monkeypatch):
+    monkeypatch.setattr(fetcher, "PartitionRecords", gapguard._Base)
+    monkeypatch.setattr(gapguard, "_EXEMPT", set())
+    gapguard.install(["a.skew"])
+    gapguard.install(["b.skew"])  # idempotent; the names add up
     assert fetcher.PartitionRecords is gapguard._GuardedPartitionRecords
-    assert fetcher.PartitionRecords.__mro__[1].__module__ == "aiokafka.consumer.fetcher"
+    assert fetcher.PartitionRecords.__mro__[1] is gapguard._Base
+    assert gapguard._Base.__module__ == "aiokafka.consumer.fetcher"
+    assert gapguard._EXEMPT == {"a.skew", "b.skew"}
 
 
 async def test_a_worker_and_the_clients_install_it_with_the_compacted_topic_exempt(
