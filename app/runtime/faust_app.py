@@ -212,6 +212,11 @@ def make_app(s: Settings, metrics: Metrics | None = None) -> Runtime:
         raise ValueError("make_app needs settings.broker")
     conf: dict[str, Any] = {
         "id": f"mmsync-{s.topic_prefix}",
+        # Faust reads its settings from unprefixed environment variables too, and they win
+        # over what is passed here (BROKER_URL, WEB_PORT, BROKER_COMMIT_EVERY, ... : a
+        # BROKER_URL set for some other service took the worker to that broker). Settings
+        # come from MMSYNC_* only (app.settings): Faust gets an empty environment.
+        "env": {},
         "broker": s.broker,
         "datadir": str(s.data_dir / "faust"),
         "store": "memory://",
