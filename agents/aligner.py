@@ -49,8 +49,11 @@ _TELL_LATE_S = 60.0
 def register(rt: Runtime) -> AlignRunner:
     s = rt.settings
     features = s.topic("features")
-    # A mark older than four intervals means its agent stopped sending (app.align.progress).
-    marks = MarkBoard(ttl_s=4 * s.mark_interval_ms / 1000, max_hold_s=s.max_hold_ms / 1000)
+    # A mark older than four intervals means its agent stopped sending; a "drained" read
+    # less than one after the modality's last record may be its last (app.align.progress).
+    interval_s = s.mark_interval_ms / 1000
+    marks = MarkBoard(ttl_s=4 * interval_s, max_hold_s=s.max_hold_ms / 1000,
+                      after_s=interval_s)
     runner = AlignRunner(AlignerConfig.from_settings(s), features, marks=marks)
     #: features partitions assigned and not yet restored
     to_restore: set[int] = set()

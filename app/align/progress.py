@@ -56,6 +56,9 @@ class _Seen:
     received: float
     #: wall time ``next_offset`` last changed, s
     moved: float
+    #: when the agent made the mark (its ``at``, us on the sender's clock): tells a mark
+    #: read again in a replay from a new one
+    at: int
 
 
 class MarkBoard:
@@ -88,11 +91,30 @@ class MarkBoard:
     served out of order), and the stream's windows would close without them. So marks are
     kept per (features partition, modality, input partition). What the records read show
     (how far an input's log reached) holds whatever partition they came from.
+
+    A mark read again is not news: after a rebalance the aligner reads its features
+    partitions again from the committed offset, old marks and all, and a dead agent's
+    last "drained" (made before it died, its input growing since) read then as fresh
+    closed the stream's windows without the sound that was waiting for a survivor (CI of
+    503242c, docs/broker.md). So a mark made no later than the newest one already kept
+    for its key (by ``at``) changes nothing. ``at`` is the sender's clock: a survivor whose
+    clock is behind the dead agent's has its marks ignored for that long, and the kept
+    one goes stale meanwhile, which holds the windows (the safe side).
+
+    Nor does a "drained" read less than ``after_s`` (one mark interval) after the
+    modality was last heard (``since``) say that it is idle: it may be the last word of
+    an agent killed right after it, whose input goes on growing for the survivor. It
+    would have closed the stream's windows on the picture alone once the modality went
+    silent, until ``ttl_s`` after the mark (0.5 s with the tests' ``idle_s`` of 1.5 s).
+    A live agent's next mark, read an interval later, says it.
     """
 
-    def __init__(self, ttl_s: float, max_hold_s: float) -> None:
+    def __init__(self, ttl_s: float, max_hold_s: float, after_s: float = 0.0) -> None:
         self.ttl_s = ttl_s
         self.max_hold_s = max_hold_s
+        #: a "drained" mark vouches for a silent modality only when read at least this long
+        #: (s, an agent's mark interval) after the modality was last heard
+        self.after_s = after_s
         self._seen: dict[tuple[int | None, str, int], _Seen] = {}
         #: (modality, input partition) -> highest input offset of a feature record read
         self._heard: dict[tuple[str, int], int] = {}
@@ -109,13 +131,15 @@ class MarkBoard:
         """A mark read from features partition ``via``."""
         for p, (nxt, end) in mark.parts.items():
             key = (via, mark.modality, p)
+            old = self._seen.get(key)
+            if old is not None and mark.at <= old.at:
+                continue  # read again (a replay), or overtaken: the kept one is newer
             if end < 0:
                 # the agent lost track of the partition (newly assigned, or its log made
                 # again with offsets from 0): what was read of the old log proves nothing
                 self._heard.pop((mark.modality, p), None)
-            old = self._seen.get(key)
             moved = old.moved if old is not None and old.next_offset == nxt else now
-            self._seen[key] = _Seen(nxt, end, now, moved)
+            self._seen[key] = _Seen(nxt, end, now, moved, mark.at)
 
     def drained(self, modality: str, partition: int, now: float, since: float,
                 via: int | None = None) -> bool:
@@ -126,6 +150,7 @@ class MarkBoard:
         if now - seen.received > self.ttl_s:  # the agent stopped sending
             return now - seen.received >= self.max_hold_s
         if (is_drained(seen.next_offset, seen.end)
-                and self._heard.get((modality, partition), -1) < seen.end):
+                and self._heard.get((modality, partition), -1) < seen.end
+                and seen.received - since >= self.after_s):
             return True
         return now - seen.moved >= self.max_hold_s  # behind: holds while it moves

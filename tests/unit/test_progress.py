@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from app.align.aligner import AlignerConfig
 from app.align.progress import IdleAfter, MarkBoard
 from app.align.runner import AlignRunner
@@ -13,8 +15,12 @@ CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_h
                     correct_skew=False)
 
 
+#: each mark made later than the one before, as an agent's are (``at``, us)
+_MADE = itertools.count(1)
+
+
 def mark(modality: str, part: int, nxt: int, end: int) -> ProgressMark:
-    return ProgressMark(modality=modality, parts={part: (nxt, end)}, at=0)
+    return ProgressMark(modality=modality, parts={part: (nxt, end)}, at=next(_MADE))
 
 
 def feat(modality: str, ts: int, src_offset: int, sid: str = "s", part: int = 0) -> bytes:
@@ -289,3 +295,91 @@ def test_describe_names_what_bounds_a_streams_watermark():
     assert "closed until -1" in line and "home 2" in line
     assert "'image': -200000" in line and "'audio': 1800000" in line  # less the lateness
     assert r.aligner.describe("nobody", 0.5) == "nobody: not held here"
+
+
+def test_a_mark_read_again_in_a_replay_is_not_news():
+    b = MarkBoard(ttl_s=2.0, max_hold_s=30.0)
+    last = ProgressMark("audio", {0: (9, 9)}, at=500)
+    b.update(ProgressMark("audio", {0: (5, 9)}, at=400), now=10.0)
+    b.update(last, now=10.4)
+    assert b.drained("audio", 0, now=11.0, since=0.0)  # drained and fresh
+    assert not b.drained("audio", 0, now=13.0, since=0.0)  # its agent went silent: hold
+    # a rebalance: the features partition is read again from the committed offset
+    b.update(ProgressMark("audio", {0: (5, 9)}, at=400), now=20.0)
+    b.update(last, now=20.0)
+    assert not b.drained("audio", 0, now=20.5, since=0.0)  # still the silent agent's mark
+    assert b.drained("audio", 0, now=40.5, since=0.0)  # max_hold from when it was read
+    b.update(ProgressMark("audio", {0: (12, 15)}, at=501), now=41.0)  # a newer one is news
+    assert not b.drained("audio", 0, now=41.1, since=0.0)
+
+
+def test_a_drained_mark_read_just_after_the_last_record_may_be_an_agents_last_word():
+    b = MarkBoard(ttl_s=2.0, max_hold_s=30.0, after_s=0.5)
+    b.heard("audio", 0, 8)
+    b.update(mark("audio", 0, 9, 9), now=10.2)  # 0.2 s after the sound was last heard
+    assert not b.drained("audio", 0, now=12.1, since=10.0)
+    b.update(mark("audio", 0, 9, 9), now=10.7)  # the agent is alive an interval later
+    assert b.drained("audio", 0, now=12.1, since=10.0)
+
+
+def test_a_killed_agents_last_mark_closes_no_window_before_or_after_a_rebalance():
+    """The CI of 503242c (`test_sigkill_of_one_worker_of_each_kind_in_a_split_group`, on
+    Tansu): the text/audio worker was SIGKILLed, and the aligner closed 8 s of one
+    stream's windows on the picture alone, its sound (80 inputs) late when the survivor
+    took over 11.6 s later. The killed agent's last mark said "drained" with nothing after
+    it. Read when it was sent, it would say so from when the sound went silent (idle_s)
+    until it went stale (ttl_s); read again after a rebalance, as fresh, it said so while
+    the picture had run 10 s ahead."""
+    cfg = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=1.5, rate_hz=20.0,
+                        correct_skew=False)
+    r = AlignRunner(cfg, "f", clock=lambda: 0.0,
+                    marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0, after_s=0.5))
+    log: list[tuple[bytes | None, bytes, int]] = []  # the features partition
+    got: list[AlignedWindow] = []
+    late: list[object] = []
+
+    def read(off: int, now: float) -> None:
+        key, value, ts_ms = log[off]
+        step = r.on_record(0, off, key, value, now, timestamp_ms=ts_ms)
+        got.extend(step.windows)
+        late.extend(step.late)
+
+    def put(key: bytes | None, value: bytes, now: float) -> None:
+        log.append((key, value, int(now * 1000) + 1))
+        read(len(log) - 1, now)
+
+    def media(k0: int, k1: int, *, audio: bool) -> None:  # 100 ms steps, read as made
+        for k in range(k0, k1):
+            now = k / 10
+            if audio:
+                put(b"s", feat("audio", k * 100_000, k), now)
+            if k % 2 == 0:
+                put(b"s", feat("image", k * 100_000, k // 2), now)
+            if k % 5 == 4:
+                if audio:
+                    put(None, mark("audio", 0, k + 1, k + 1).encode(), now)
+                put(None, mark("image", 0, k // 2 + 1, k // 2 + 1).encode(), now)
+                put(None, mark("text", 0, 0, 0).encode(), now)  # no captions: drained
+            got.extend(r.on_tick(now + 0.05).windows)
+
+    media(0, 50, audio=True)  # 0-5 s; the audio agent's last word: "drained" at 50
+    media(50, 150, audio=False)  # it was killed: its sound, 5-15 s, waits in its input
+    assert [w.window_start for w in got] == [0, 1_000_000, 2_000_000, 3_000_000]
+    # a rebalance: the aligner reads its features partition again, old marks and all
+    r.revoke([0])
+    r.restore(0, [AlignedWindow.decode(w.encode()) for w in got], [], now=15.0)
+    for off in range(len(log)):
+        read(off, 15.0)
+    media(150, 200, audio=False)
+    assert [w.window_start for w in got] == [0, 1_000_000, 2_000_000, 3_000_000]
+    # the survivor takes the sound's input over at 20 s
+    for nxt, end in ((-1, -1), (50, 200)):
+        put(None, mark("audio", 0, nxt, end).encode(), 20.0)
+    for k in range(50, 200):
+        put(b"s", feat("audio", k * 100_000, k), 20.1)
+    for m, end in (("audio", 200), ("image", 100), ("text", 0)):  # all drained: all close
+        put(None, mark(m, 0, end, end).encode(), 21.7)
+    got.extend(r.on_tick(21.8).windows)
+    assert late == []
+    assert sum(w.counts.get("audio", 0) for w in got) == 200
+    assert sum(w.counts.get("image", 0) for w in got) == 100
