@@ -33,7 +33,7 @@ from typing import Any
 from aiokafka.consumer import fetcher
 from aiokafka.structs import TopicPartition
 
-__all__ = ["CONFIRM_S", "GapJudge", "counts", "install"]
+__all__ = ["CONFIRM_S", "GapJudge", "counts", "install", "uninstall"]
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +151,10 @@ def install(compacted: Iterable[str] = ()) -> None:
     (idempotent; the names add up)."""
     _EXEMPT.update(compacted)
     fetcher.PartitionRecords = _GuardedPartitionRecords
+
+
+def uninstall() -> None:
+    """aiokafka's own ``PartitionRecords`` back, for every consumer of the process from its
+    next fetch: what ``scripts/bench_fetch_gaps.py`` measures against. Nothing in mmsync
+    calls it, and the next :func:`install` (every ``make_consumer``) guards again."""
+    fetcher.PartitionRecords = _Base
