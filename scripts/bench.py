@@ -413,6 +413,16 @@ async def _step(side: Side, col: Collector, sp: MixSpec, rate: float, args: Any,
     return st
 
 
+async def _wait_out(side: Side, col: Collector, sent: dict[str, tuple[int, float]],
+                    limit_s: float) -> None:
+    """Until every input of ``sent`` is out (merged, late or dead-lettered), at most
+    ``limit_s``, or the side died."""
+    t0 = time.time()
+    while (sum(t in col.seen for t in sent) < len(sent) and time.time() - t0 < limit_s
+           and side.alive()):
+        await asyncio.sleep(0.2)
+
+
 def _stream_of(trace_id: str) -> int:
     """The stream index in a load's trace id (``tag/stream/modality+seq``)."""
     return int(trace_id.split("/")[1])
@@ -437,10 +447,7 @@ async def _warm_new(side: Side, col: Collector, sp: MixSpec, args: Any,
     sent: dict[str, tuple[int, float]] = {}
     await _publish(side.s, items, sent, progress, f"{side.kind} warm-up of {len(new)} new"
                    " streams")
-    t0 = time.time()
-    while (sum(t in col.seen for t in sent) < len(sent) and time.time() - t0 < 60
-           and side.alive()):
-        await asyncio.sleep(0.2)
+    await _wait_out(side, col, sent, 60.0)
     side.streams_run.update(new)
     lat = [(col.seen[t][1] - in_ms) / 1000 for t, (in_ms, _) in sent.items()
            if col.seen.get(t, ("", 0))[0] not in ("", "late", "dlq")]
@@ -571,9 +578,7 @@ async def _phase(kind: str, tmp: Path, spec: MixSpec, args: Any, progress: Progr
             sent: dict[str, tuple[int, float]] = {}
             await _publish(side.s, items, sent, progress, f"{kind} warm-up")
             side.streams_run.update(range(warm.streams))
-            while (sum(t in col.seen for t in sent) < len(sent) and time.time() - t0 < 150
-                   and side.alive()):
-                await asyncio.sleep(0.2)
+            await _wait_out(side, col, sent, 150.0 - (time.time() - t0))
             if not side.alive():
                 raise RuntimeError(f"{kind} exited during warm-up\n{side.tail()}")
             if kind.startswith("mmsync"):  # the start-up backlog may have raised the level

@@ -68,19 +68,19 @@ async def tail_run(s: Settings, topic: str, *, producers: int, seconds: float,
     if not guard:
         gapguard.uninstall()
     try:
-        return await _tail(consumer, tp, s, topic, producers, seconds)
+        return await _tail(consumer, tp, s, producers, seconds)
     finally:
         gapguard.install()
 
 
-async def _tail(consumer: Any, tp: TopicPartition, s: Settings, topic: str, producers: int,
+async def _tail(consumer: Any, tp: TopicPartition, s: Settings, producers: int,
                 seconds: float) -> TailRun:
     await consumer.start()
     consumer.assign([tp])
     await consumer.seek_to_beginning(tp)
     refetched0, accepted0 = gapguard.counts()
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(_produce(s, topic, i, stop)) for i in range(producers)]
+    tasks = [asyncio.create_task(_produce(s, tp.topic, i, stop)) for i in range(producers)]
     seen: list[int] = []
     try:
         t_end = time.monotonic() + seconds
