@@ -23,7 +23,17 @@ records of that modality, already in the log but not fetched yet (a fresh
 worker on the embedded broker sent the first frames and sound of a stream
 whose caption came first late: 7 to 12 of 11,181 in
 ``scripts/bench_align.py``). It costs a stream that lacks a modality (no
-captions) up to ``idle_s`` once, at its start. When
+captions) up to ``idle_s`` once, at its start. A stream that comes back after
+falling silent (every modality silent for ``idle_s``: a broadcast's break) wakes:
+a modality it had before, not heard since it woke, is idle no sooner than
+``idle_s`` after that, by a mark read since. The stream's agents do not keep
+pace with each other (captions are processed in milliseconds, frames queue
+behind the image models), so its first captions were read while its sound and
+frames of the same moment, already in their logs, were not, and the marks
+that said their inputs drained were made before those came: the captions'
+end (ts + duration) closed the windows the sound and frames belonged to, and
+they went late (bench.py: 6 to 18 of 4,251 in the step after an overloaded
+one, every late record a stream's first after the pause between steps). When
 every modality is idle, all open windows close. A record for a window that
 already closed is *late*, except a *replayed* one (consumed again after a
 takeover, not in any emitted window): it joins the oldest window still open.
@@ -122,6 +132,10 @@ class StreamState:
     #: newest raw (uncorrected) end time per modality, us.
     newest: dict[str, int] = field(default_factory=dict)
     heard: dict[str, float] = field(default_factory=dict)
+    #: wall time (s) the stream's first record was read, or its first after the whole
+    #: stream fell silent (every modality unheard for ``idle_s``): a modality heard
+    #: before it and not since is idle no sooner than ``idle_s`` after it
+    woke: float = 0.0
     #: every window ending at or before this has been emitted (or never had data).
     closed_until: int = -1
     seqs: dict[str, LRU[int, bool]] = field(default_factory=dict)
@@ -230,7 +244,7 @@ class Aligner:
         st = self.streams.get(stream_id)
         if st is None:
             st = self.streams[stream_id] = StreamState(
-                first_seen=now, skew=StreamSkew(self._skew_cfg, self.cfg.modalities))
+                first_seen=now, woke=now, skew=StreamSkew(self._skew_cfg, self.cfg.modalities))
             remembered = self._gone.pop(stream_id)
             st.closed_until = remembered if remembered is not None else -1
         return st
@@ -253,6 +267,8 @@ class Aligner:
         W = self.cfg.window_us
         ts = max(0, self.corrected_ts(rec))
         start = ts // W * W
+        if st.heard and now - max(st.heard.values()) >= self.cfg.idle_s:
+            st.woke = now  # the whole stream was silent: it starts again (module doc)
         st.heard[rec.modality] = now
         if start + W <= st.closed_until and not replay:
             late = LateEvent(
@@ -303,10 +319,12 @@ class Aligner:
         ref_active = ref_heard is not None and now - ref_heard < self.cfg.idle_s
         for m in self.cfg.modalities:
             heard = st.heard.get(m)
+            since = heard if heard is not None else st.first_seen
+            if heard is not None and heard < st.woke:
+                since = st.woke  # heard before the stream fell silent, not since it woke
             active = heard is not None and now - heard < self.cfg.idle_s
-            if not active and (heard is not None or now - st.first_seen >= self.cfg.idle_s) \
-                    and self.progress.drained(m, self.input_partition(st, m), now,
-                                              heard if heard is not None else st.first_seen,
+            if not active and now - since >= self.cfg.idle_s \
+                    and self.progress.drained(m, self.input_partition(st, m), now, since,
                                               via=st.home):
                 # idle: nothing of it is waiting. But a modality that trails the
                 # reference (captions 2 s behind the speech) has nothing *yet* for the
@@ -513,8 +531,8 @@ class Aligner:
         heard = {m: round(now - t, 2) for m, t in st.heard.items()}
         bounds = "hold all" if marks is None else {k: int(v) for k, v in marks.items()}
         return (f"{stream_id}: closed until {st.closed_until}, newest {st.newest}, heard "
-                f"{heard} s ago, pending {len(st.pending)}, home {st.home}, inputs "
-                f"{st.inputs}, bounds {bounds}")
+                f"{heard} s ago, woke {now - st.woke:.2f} s ago, pending {len(st.pending)}, "
+                f"home {st.home}, inputs {st.inputs}, bounds {bounds}")
 
     def caption_places(self, stream_id: str, records: Iterable[FeatureRecord]
                        ) -> list[tuple[FeatureRecord, int, float]]:

@@ -383,3 +383,50 @@ def test_a_killed_agents_last_mark_closes_no_window_before_or_after_a_rebalance(
     assert late == []
     assert sum(w.counts.get("audio", 0) for w in got) == 200
     assert sum(w.counts.get("image", 0) for w in got) == 100
+
+
+def test_a_stream_back_from_silence_holds_for_its_slower_modalities_as_a_new_one():
+    """bench.py, the step after an overloaded one (6 to 18 late of 4,251, on Kafka): every
+    stream paused between the steps. When they came back, a stream's first caption was
+    read within 30 ms of its making, while its sound and frames of the same moment,
+    already in their logs, queued behind the audio and image agents' work; their
+    agents' last marks, made before those came, said "drained". The caption's end (ts
+    + 1.5 s) closed the window they belonged to, and they went late."""
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
+    off = itertools.count()
+    got: list[AlignedWindow] = []
+    late: list[object] = []
+
+    def put(key: bytes | None, value: bytes, now: float) -> None:
+        step = r.on_record(0, next(off), key, value, now)
+        got.extend(step.windows)
+        late.extend(step.late)
+
+    def marks(now: float, n: int) -> None:  # every agent: its input processed to its end
+        for m in ("audio", "image", "text"):
+            put(None, mark(m, 0, n, n).encode(), now)
+
+    def caption(ts: int, seq: int) -> bytes:
+        return FeatureRecord(stream_id="s", modality="text", ts=ts, dur=1_500_000, seq=seq,
+                             trace_id=None, kafka_ts_ms=0, src_partition=0, src_offset=seq,
+                             feats={}).encode()
+
+    for k in range(50):  # 0-5 s, every modality, read as made
+        put(b"s", feat("audio", k * 100_000, k), k / 10)
+        put(b"s", feat("image", k * 100_000, k), k / 10)
+    put(b"s", caption(1_000_000, 0), 1.0)
+    for t in range(5, 100, 5):  # then a pause: the agents keep saying "drained"
+        marks(t / 10, 50)
+        got.extend(r.on_tick(t / 10).windows)
+    assert [w.window_start for w in got] == [k * 1_000_000 for k in range(5)]
+    # back at 10 s: the caption first; the sound and frames 0.4 s behind it
+    put(b"s", caption(10_000_000, 1), 10.0)
+    got.extend(r.on_tick(10.1).windows)
+    for k in range(100, 125):
+        put(b"s", feat("audio", k * 100_000, k - 50), 10.4)
+        put(b"s", feat("image", k * 100_000, k - 50), 10.4)
+    got.extend(r.on_tick(10.5).windows)
+    assert late == []
+    back = [w for w in got if w.window_start == 10_000_000]
+    assert [(w.counts.get("audio"), w.counts.get("image"), w.counts.get("text"))
+            for w in back] == [(10, 10, 1)]
