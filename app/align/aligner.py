@@ -33,7 +33,8 @@ frames of the same moment, already in their logs, were not, and the marks
 that said their inputs drained were made before those came: the captions'
 end (ts + duration) closed the windows the sound and frames belonged to, and
 they went late (bench.py: 6 to 18 of 4,251 in the step after an overloaded
-one, every late record a stream's first after the pause between steps). When
+one, each one logged a stream's first sound or frame after the pause between
+steps; docs/broker.md). When
 every modality is idle, all open windows close. A record for a window that
 already closed is *late*, except a *replayed* one (consumed again after a
 takeover, not in any emitted window): it joins the oldest window still open.
