@@ -60,7 +60,7 @@ def _child(name: str, precision: str, text: bool, seconds: float, models: Path) 
     if pool:  # before the first session creates the environment
         ort.capi._pybind_state.set_global_thread_pool_sizes(2, 1)
     from app.features.frames import accuracy_frames
-    from app.features.image import _calibration, effnet_input, nsfw_input, nsfw_model_path
+    from app.features.image import effnet_input, image_calibration, nsfw_input, nsfw_model_path
     from app.features.quantize import cpu_model, int8_model
 
     def session(src: Path, calib) -> ort.InferenceSession:
@@ -75,8 +75,9 @@ def _child(name: str, precision: str, text: bool, seconds: float, models: Path) 
             so.execution_mode, so.inter_op_num_threads = ort.ExecutionMode.ORT_PARALLEL, 2
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
-    eff = session(models / "efficientnet_lite0_emb.onnx", _calibration("effnet", effnet_input, 6))
-    nsfw = session(nsfw_model_path(), _calibration("nsfw", nsfw_input))
+    eff = session(models / "efficientnet_lite0_emb.onnx",
+                  image_calibration("effnet", effnet_input, 6))
+    nsfw = session(nsfw_model_path(), image_calibration("nsfw", nsfw_input))
     nin = nsfw.get_inputs()[0].name
     rgbs = accuracy_frames(8)
     side = ThreadPoolExecutor(1)

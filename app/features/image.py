@@ -36,7 +36,7 @@ from schemas.codec import pack_array
 from schemas.events import FrameEvent
 
 __all__ = ["EMB_DIM", "SIDE", "ImageExtractor", "average_hash", "export_efficientnet",
-           "hamming", "nsfw_model_path"]
+           "hamming", "image_calibration", "nsfw_model_path"]
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def nsfw_input(rgbs: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _calibration(model: str, prep: Callable[[list[np.ndarray]], np.ndarray],
+def image_calibration(model: str, prep: Callable[[list[np.ndarray]], np.ndarray],
                  fp32_head_convs: int = 0) -> Calibration:
     """The INT8 calibration of one image model; the recipe names the frames and the
     preprocessing (change ``pre1`` when effnet_input / nsfw_input change)."""
@@ -263,12 +263,12 @@ class ImageExtractor:
                 export_efficientnet(path)
             self.effnet = self._rt.session(
                 "efficientnet_lite0", path,
-                calibration=_calibration("effnet", effnet_input, _EFFNET_FP32_CONVS))
+                calibration=image_calibration("effnet", effnet_input, _EFFNET_FP32_CONVS))
             self.load_s["efficientnet_lite0"] = time.perf_counter() - t0
         if self.nsfw is None:
             t0 = time.perf_counter()
             self.nsfw = self._rt.session("open_nsfw", nsfw_model_path(),
-                                         calibration=_calibration("nsfw", nsfw_input))
+                                         calibration=image_calibration("nsfw", nsfw_input))
             self.load_s["open_nsfw"] = time.perf_counter() - t0
             if (self._int8_fallback and self.nsfw.precision == "fp32"
                     and self.nsfw.provider == CPU_PROVIDER):
@@ -278,7 +278,7 @@ class ImageExtractor:
                 # blind. INT8's scores: docs/benchmarks.md, "INT8 on the CPU".
                 t0 = time.perf_counter()
                 self.nsfw_int8 = self._rt.int8_twin("open_nsfw", nsfw_model_path(),
-                                                    _calibration("nsfw", nsfw_input))
+                                                    image_calibration("nsfw", nsfw_input))
                 self.load_s["open_nsfw_int8"] = time.perf_counter() - t0
         if self._ocr_every and self._ocr is None:
             t0 = time.perf_counter()
