@@ -58,17 +58,24 @@ def _session(path: Path) -> Any:
 
 def _variant(fp32: Path, out: Path, calib: Any, kw: dict[str, Any]) -> Path:
     from onnxruntime.quantization import (
+        CalibrationDataReader,
         CalibrationMethod,
         QuantFormat,
         QuantType,
         quantize_static,
     )
 
-    from app.features.quantize import _Reader
+    class Reader(CalibrationDataReader):
+        def __init__(self, name: str) -> None:
+            self._it, self._name = iter(calib.batches()), name
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            x = next(self._it, None)
+            return None if x is None else {self._name: np.ascontiguousarray(x, np.float32)}
 
     name = _session(fp32).get_inputs()[0].name
     with contextlib.redirect_stdout(io.StringIO()):  # it prints tensor protos for u8u8
-        quantize_static(str(fp32), str(out), _Reader(name, calib.batches()),
+        quantize_static(str(fp32), str(out), Reader(name),
                         quant_format=QuantFormat[kw.get("quant_format", "QDQ")],
                         per_channel=True, activation_type=QuantType.QUInt8,
                         weight_type=QuantType[kw["weight_type"]],

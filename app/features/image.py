@@ -142,7 +142,7 @@ def nsfw_input(rgbs: list[np.ndarray]) -> np.ndarray:
 
 
 def image_calibration(model: str, prep: Callable[[list[np.ndarray]], np.ndarray],
-                 fp32_head_convs: int = 0) -> Calibration:
+                      fp32_head_convs: int = 0) -> Calibration:
     """The INT8 calibration of one image model; the recipe names the frames and the
     preprocessing (change ``pre1`` when effnet_input / nsfw_input change)."""
     def batches() -> Iterator[np.ndarray]:
