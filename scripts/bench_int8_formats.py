@@ -58,24 +58,17 @@ def _session(path: Path) -> Any:
 
 def _variant(fp32: Path, out: Path, calib: Any, kw: dict[str, Any]) -> Path:
     from onnxruntime.quantization import (
-        CalibrationDataReader,
         CalibrationMethod,
         QuantFormat,
         QuantType,
         quantize_static,
     )
 
-    class Reader(CalibrationDataReader):
-        def __init__(self, name: str) -> None:
-            self._it, self._name = iter(calib.batches()), name
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            x = next(self._it, None)
-            return None if x is None else {self._name: np.ascontiguousarray(x, np.float32)}
+    from app.features.quantize import CalibrationReader
 
     name = _session(fp32).get_inputs()[0].name
     with contextlib.redirect_stdout(io.StringIO()):  # it prints tensor protos for u8u8
-        quantize_static(str(fp32), str(out), Reader(name),
+        quantize_static(str(fp32), str(out), CalibrationReader(name, calib.batches()),
                         quant_format=QuantFormat[kw.get("quant_format", "QDQ")],
                         per_channel=True, activation_type=QuantType.QUInt8,
                         weight_type=QuantType[kw["weight_type"]],
@@ -102,17 +95,22 @@ def main() -> int:
         nsfw_input,
         nsfw_model_path,
     )
-    from app.features.quantize import cpu_flags, cpu_model, int8_instruction, int8_model
+    from app.features.quantize import (
+        Calibration,
+        cpu_flags,
+        cpu_model,
+        int8_instruction,
+        int8_model,
+    )
 
     models = args.models_dir or Settings().models_path
     models.mkdir(parents=True, exist_ok=True)
     eff_src = models / "efficientnet_lite0_emb.onnx"
     if not eff_src.exists():
         export_efficientnet(eff_src)
-    prep: dict[str, Callable[[list[np.ndarray]], np.ndarray]] = {
-        "EfficientNet-Lite0": effnet_input, "Open-NSFW": nsfw_input}
-    plan = {"EfficientNet-Lite0": (eff_src, image_calibration("effnet", effnet_input, 6)),
-            "Open-NSFW": (nsfw_model_path(), image_calibration("nsfw", nsfw_input))}
+    plan: dict[str, tuple[Path, Calibration, Callable[[list[np.ndarray]], np.ndarray]]] = {
+        "EfficientNet-Lite0": (eff_src, image_calibration("effnet"), effnet_input),
+        "Open-NSFW": (nsfw_model_path(), image_calibration("nsfw"), nsfw_input)}
     frames = list(calibration_frames(8, seed=7))  # not the calibration seed's frames
     flags = cpu_flags()
     print(f"CPU: avx2 {'avx2' in flags}, avx512f {'avx512f' in flags}, INT8 instruction "
@@ -121,13 +119,13 @@ def main() -> int:
     rows: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="mmsync-int8-formats-") as tmp_s:
         tmp = Path(tmp_s)
-        for model, (src, calib) in plan.items():
+        for model, (src, calib, prep) in plan.items():
             fp32 = cpu_model(src, models)
             files = {"fp32": fp32, "worker": int8_model(src, models, calib)}
             for v, kw in _VARIANTS.items():
                 files[v] = _variant(fp32, tmp / f"{src.stem}.{v}.onnx", calib, kw)
             sessions = {k: _session(p) for k, p in files.items()}
-            x = prep[model](frames)
+            x = prep(frames)
             feeds = {k: {s.get_inputs()[0].name: x} for k, s in sessions.items()}
             times: dict[str, list[float]] = {k: [] for k in sessions}
             for s_k, s in sessions.items():

@@ -75,9 +75,8 @@ def _child(name: str, precision: str, text: bool, seconds: float, models: Path) 
             so.execution_mode, so.inter_op_num_threads = ort.ExecutionMode.ORT_PARALLEL, 2
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
-    eff = session(models / "efficientnet_lite0_emb.onnx",
-                  image_calibration("effnet", effnet_input, 6))
-    nsfw = session(nsfw_model_path(), image_calibration("nsfw", nsfw_input))
+    eff = session(models / "efficientnet_lite0_emb.onnx", image_calibration("effnet"))
+    nsfw = session(nsfw_model_path(), image_calibration("nsfw"))
     nin = nsfw.get_inputs()[0].name
     rgbs = accuracy_frames(8)
     side = ThreadPoolExecutor(1)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from PIL import Image
@@ -141,10 +141,13 @@ def nsfw_input(rgbs: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def image_calibration(model: str, prep: Callable[[list[np.ndarray]], np.ndarray],
-                      fp32_head_convs: int = 0) -> Calibration:
-    """The INT8 calibration of one image model; the recipe names the frames and the
-    preprocessing (change ``pre1`` when effnet_input / nsfw_input change)."""
+def image_calibration(model: Literal["effnet", "nsfw"]) -> Calibration:
+    """The INT8 calibration of one image model (its preprocessing, and for EfficientNet
+    its first convolutions kept FP32); the recipe names the frames and the preprocessing
+    (change ``pre1`` when effnet_input / nsfw_input change)."""
+    prep, fp32_head_convs = ((effnet_input, _EFFNET_FP32_CONVS) if model == "effnet"
+                             else (nsfw_input, 0))
+
     def batches() -> Iterator[np.ndarray]:
         frames = calibration_frames(_CALIB_FRAMES)
         while chunk := list(itertools.islice(frames, _CALIB_BATCH)):
@@ -263,12 +266,12 @@ class ImageExtractor:
                 export_efficientnet(path)
             self.effnet = self._rt.session(
                 "efficientnet_lite0", path,
-                calibration=image_calibration("effnet", effnet_input, _EFFNET_FP32_CONVS))
+                calibration=image_calibration("effnet"))
             self.load_s["efficientnet_lite0"] = time.perf_counter() - t0
         if self.nsfw is None:
             t0 = time.perf_counter()
             self.nsfw = self._rt.session("open_nsfw", nsfw_model_path(),
-                                         calibration=image_calibration("nsfw", nsfw_input))
+                                         calibration=image_calibration("nsfw"))
             self.load_s["open_nsfw"] = time.perf_counter() - t0
             if (self._int8_fallback and self.nsfw.precision == "fp32"
                     and self.nsfw.provider == CPU_PROVIDER):
@@ -278,7 +281,7 @@ class ImageExtractor:
                 # blind. INT8's scores: docs/benchmarks.md, "INT8 on the CPU".
                 t0 = time.perf_counter()
                 self.nsfw_int8 = self._rt.int8_twin("open_nsfw", nsfw_model_path(),
-                                                    image_calibration("nsfw", nsfw_input))
+                                                    image_calibration("nsfw"))
                 self.load_s["open_nsfw_int8"] = time.perf_counter() - t0
         if self._ocr_every and self._ocr is None:
             t0 = time.perf_counter()

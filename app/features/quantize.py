@@ -34,8 +34,8 @@ import numpy as np
 
 from app.features.onnx import atomic_write
 
-__all__ = ["INT8_INSTRUCTIONS", "Calibration", "cpu_flags", "cpu_model", "file_digest",
-           "fold_conv_affine", "int8_instruction", "int8_model"]
+__all__ = ["INT8_INSTRUCTIONS", "Calibration", "CalibrationReader", "cpu_flags", "cpu_model",
+           "file_digest", "fold_conv_affine", "int8_instruction", "int8_model"]
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def cpu_model(src: Path, models_dir: Path) -> Path:
     return _build_once(models_dir, src.stem, "cpu", out, write)
 
 
-class _Reader:
+class CalibrationReader:
     """onnxruntime.quantization.CalibrationDataReader over a Calibration's batches."""
 
     def __init__(self, input_name: str, batches: Iterable[np.ndarray]) -> None:
@@ -223,7 +223,7 @@ def int8_model(src: Path, models_dir: Path, calib: Calibration) -> Path:
         model = onnx.load(str(fp32))
         input_name = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]
                                           ).get_inputs()[0].name
-        quantize_static(str(fp32), str(tmp), _Reader(input_name, calib.batches()),
+        quantize_static(str(fp32), str(tmp), CalibrationReader(input_name, calib.batches()),
                         quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         calibrate_method=CalibrationMethod.MinMax,
