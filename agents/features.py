@@ -27,7 +27,7 @@ from app.features.progress import InputProgress
 from app.kafka import commitguard
 from app.runtime.delivery import DeliveryError, Record, Send, deliver
 from app.runtime.faust_app import Runtime
-from app.runtime.offsets import highwaters
+from app.runtime.offsets import highwaters, last_poll_ms
 from schemas.dead_letter import DeadLetter
 from schemas.features import FeatureRecord
 
@@ -184,8 +184,13 @@ def register(rt: Runtime, modality: str) -> None:
                                              consumer)
             for tp, start in starts.items():
                 progress.started(tp.partition, start)
+        # when each end was fetched: what a "drained" vouches for (app.align.progress);
+        # read before the ends, so that a fetch between the two makes an end newer than
+        # its time says (the safe side), never older
+        polled = {tp.partition: ms * 1000
+                  for tp, ms in highwaters(mine, last_poll_ms(consumer)).items()}
         ends = {tp.partition: end for tp, end in highwaters(mine, consumer.highwater).items()}
-        mark = progress.mark(ends, time.time_ns() // 1000)
+        mark = progress.mark(ends, time.time_ns() // 1000, polled)
         if mark is None:
             return
         errors = rt.metrics.send_errors

@@ -97,10 +97,15 @@ class ProgressMark:
     parts: dict[int, tuple[int, int]]
     #: wall-clock microseconds when it was made
     at: int
+    #: input partition -> wall-clock microseconds when its end was last fetched (the
+    #: consumer's last poll of it): a "drained" vouches for the records made before then,
+    #: not for any made between then and ``at``. Absent: not known (older marks)
+    polled: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"v": FEATURES_VERSION, "type": "progress", "modality": self.modality,
-                "parts": [[p, n, e] for p, (n, e) in sorted(self.parts.items())], "at": self.at}
+                "parts": [[p, n, e] for p, (n, e) in sorted(self.parts.items())], "at": self.at,
+                "polled": [[p, us] for p, us in sorted(self.polled.items())]}
 
     def encode(self) -> bytes:
         return encode(self.to_dict())
@@ -128,6 +133,8 @@ def decode_features(raw: bytes | None) -> FeatureRecord | ProgressMark:
         raise InvalidInputError("bad_version", f"progress mark version {d.get('v')!r}")
     try:
         parts = {int(p): (int(n), int(e)) for p, n, e in d["parts"]}
-        return ProgressMark(modality=str(d["modality"]), parts=parts, at=int(d["at"]))
+        polled = {int(p): int(us) for p, us in d.get("polled") or ()}
+        return ProgressMark(modality=str(d["modality"]), parts=parts, at=int(d["at"]),
+                            polled=polled)
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInputError("schema", f"bad progress mark: {exc!r}") from None

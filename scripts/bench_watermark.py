@@ -117,6 +117,11 @@ class _SimMarks:
         k = int(np.searchsorted(pub, mark, side="right"))
         return k == 0 or bool(done[k - 1] <= mark)
 
+    def covered(self, modality: str, partition: int, now: float, via: int | None = None
+                ) -> float | None:
+        """A mark's end is fetched when the mark is made: it vouches up to the newest."""
+        return math.floor(now / _MARK_S) * _MARK_S
+
 
 def _features(spec: MixSpec, delays_ms: dict[str, float], seed: int) -> list[_Input]:
     items = mix(spec)

@@ -34,8 +34,14 @@ that said their inputs drained were made before those came: the captions'
 end (ts + duration) closed the windows the sound and frames belonged to, and
 they went late (bench.py: 6 to 18 of 4,251 in the step after an overloaded
 one, each one logged a stream's first sound or frame after the pause between
-steps; docs/broker.md). When
-every modality is idle, all open windows close. A record for a window that
+steps; docs/broker.md). A modality back alone after its silence (a camera turned back
+on while the sound or the captions ran on) has no wake; its agent's last "drained" was
+fetched before its new records came. So an idle modality other than the captions bounds
+the watermark at the time its vouching mark's end was fetched, put on its own clock by
+its recent records' ts less their Kafka timestamps (``-unseen``; ``unseen_us``): a
+record made after that fetch lies no earlier. Without fetch times (older marks, no
+marks) there is no such bound. When every modality is idle, the open windows close up
+to those bounds, all of them where none is known. A record for a window that
 already closed is *late*, except a *replayed* one (consumed again after a
 takeover, not in any emitted window): it joins the oldest window still open.
 A record whose ``seq`` was seen is a *duplicate*. Every record ends in exactly
@@ -50,6 +56,7 @@ in a small memory); after a takeover the runner restores it from the outputs
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -151,6 +158,9 @@ class StreamState:
     home: int | None = None
     #: recent captions and where each was placed on its own speech (issue 25)
     captions: CaptionPlacer = field(default_factory=CaptionPlacer)
+    #: per modality, its recent records' ts less their Kafka timestamps, us: how its clock
+    #: maps the wall clock its records were sent on (``Aligner.unseen_us``)
+    leads: dict[str, deque[int]] = field(default_factory=dict)
 
 
 #: How long (picture media time past the earliest of them, us) a stream's first captions
@@ -169,6 +179,9 @@ _FIRST_CAPTIONS_UNDECIDED = 8
 #: Sound heard past a caption (its ts; delays go down to 0) before its window may close, us:
 #: a segment of speech is found from 150 ms of it, and a few bins more (app.align.captions).
 _CAPTION_SETTLE_US = 300_000
+
+#: Records per modality whose ts less their Kafka timestamp ``StreamState.leads`` keeps.
+_LEADS = 16
 
 #: Streams forgotten after their TTL whose emitted-until is still remembered, so a very
 #: late record cannot open an emitted window again (a few bytes each).
@@ -271,6 +284,11 @@ class Aligner:
         if st.heard and now - max(st.heard.values()) >= self.cfg.idle_s:
             st.woke = now  # the whole stream was silent: it starts again (module doc)
         st.heard[rec.modality] = now
+        if rec.kafka_ts_ms > 0:
+            lead = st.leads.get(rec.modality)
+            if lead is None:
+                lead = st.leads[rec.modality] = deque(maxlen=_LEADS)
+            lead.append(rec.ts - rec.kafka_ts_ms * 1000)
         if start + W <= st.closed_until and not replay:
             late = LateEvent(
                 stream_id=rec.stream_id, modality=rec.modality, ts=rec.ts, seq=rec.seq,
@@ -334,6 +352,9 @@ class Aligner:
                 if ref_active and offset > 0 and m != ref and ref in st.newest:
                     marks[f"{m}-trails"] = (st.newest[ref] - offset - self.margin_us(st, m)
                                             - self.cfg.lateness_us)
+                unseen = self.unseen_us(st, m, now)
+                if unseen is not None:
+                    marks[f"{m}-unseen"] = unseen
                 continue
             newest = st.newest.get(m)
             if newest is None:
@@ -372,6 +393,25 @@ class Aligner:
             if settle:
                 marks["caption-settle"] = min(settle)
         return marks
+
+    def unseen_us(self, st: StreamState, modality: str, now: float) -> float | None:
+        """How far an idle ``modality`` lets the stream's windows close (us, reference
+        clock, less the lateness): its "drained" vouches only for records made before its
+        agent last fetched the end (``ProgressView.covered``), and one made after that
+        lies no earlier than that time on the modality's own clock (its recent records'
+        least ts less their Kafka timestamp). None where either is not known, or for
+        captions, whose place on their speech the caption holds bound (module doc)."""
+        if modality == "text":
+            return None
+        lead = st.leads.get(modality)
+        if not lead:
+            return None
+        covered = self.progress.covered(modality, self.input_partition(st, modality), now,
+                                        via=st.home)
+        if covered is None:
+            return None
+        return (covered * 1e6 + min(lead) - self.offset_us_of(st, modality)
+                - self.margin_us(st, modality) - self.cfg.lateness_us)
 
     def offset_us_of(self, st: StreamState, modality: str) -> int:
         return st.skew.offset_us(modality) if self.cfg.correct_skew else 0

@@ -33,6 +33,11 @@ class ProgressView(Protocol):
         or when the stream was first seen if never; ``via``: the features partition that
         stream's records arrive on."""
 
+    def covered(self, modality: str, partition: int, now: float, via: int | None = None
+                ) -> float | None:
+        """Up to when (wall s) a "drained" of ``modality``'s input ``partition`` read by
+        ``now`` vouches: records made later may be in its log unseen. None: not known."""
+
 
 @dataclass(frozen=True, slots=True)
 class IdleAfter:
@@ -45,6 +50,10 @@ class IdleAfter:
     def drained(self, modality: str, partition: int, now: float, since: float,
                 via: int | None = None) -> bool:
         return now - since >= self.idle_s
+
+    def covered(self, modality: str, partition: int, now: float, via: int | None = None
+                ) -> float | None:
+        return None
 
 
 @dataclass(slots=True)
@@ -59,6 +68,8 @@ class _Seen:
     #: when the agent made the mark (its ``at``, us on the sender's clock): tells a mark
     #: read again in a replay from a new one
     at: int
+    #: when the agent's consumer fetched ``end`` (us on the sender's clock); None: unknown
+    polled: int | None = None
 
 
 class MarkBoard:
@@ -107,6 +118,11 @@ class MarkBoard:
     would have closed the stream's windows on the picture alone once the modality went
     silent, until ``ttl_s`` after the mark (0.5 s with the tests' ``idle_s`` of 1.5 s).
     A live agent's next mark, read an interval later, says it.
+
+    And a "drained" is as old as the fetch that gave its end, not as its mark: records
+    sent after that fetch may wait in the log unseen (a camera back on while the rest of
+    its stream ran: docs/broker.md). :meth:`covered` gives that fetch's time, which the
+    mark carries (``ProgressMark.polled``), for the aligner to bound an idle modality by.
     """
 
     def __init__(self, ttl_s: float, max_hold_s: float, after_s: float = 0.0) -> None:
@@ -139,7 +155,7 @@ class MarkBoard:
                 # again with offsets from 0): what was read of the old log proves nothing
                 self._heard.pop((mark.modality, p), None)
             moved = old.moved if old is not None and old.next_offset == nxt else now
-            self._seen[key] = _Seen(nxt, end, now, moved, mark.at)
+            self._seen[key] = _Seen(nxt, end, now, moved, mark.at, mark.polled.get(p))
 
     def drained(self, modality: str, partition: int, now: float, since: float,
                 via: int | None = None) -> bool:
@@ -154,3 +170,10 @@ class MarkBoard:
                 and seen.received - since >= self.after_s):
             return True
         return now - seen.moved >= self.max_hold_s  # behind: holds while it moves
+
+    def covered(self, modality: str, partition: int, now: float, via: int | None = None
+                ) -> float | None:
+        seen = self._seen.get((via, modality, partition))
+        if seen is None or seen.polled is None:
+            return None
+        return seen.polled / 1e6

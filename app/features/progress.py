@@ -57,9 +57,10 @@ class InputProgress:
                 n += max(0, end - nxt)
         return n
 
-    def mark(self, ends: Mapping[int, int], at_us: int) -> ProgressMark | None:
-        """The mark for the current assignment; ``ends``: end offsets as last fetched.
-        None when nothing is assigned."""
+    def mark(self, ends: Mapping[int, int], at_us: int,
+             polled: Mapping[int, int] | None = None) -> ProgressMark | None:
+        """The mark for the current assignment; ``ends``: end offsets as last fetched,
+        ``polled``: when each was fetched (wall-clock us). None when nothing is assigned."""
         if not self._next:
             return None
         parts: dict[int, tuple[int, int]] = {}
@@ -73,4 +74,5 @@ class InputProgress:
                 parts[p] = (-1, -1)  # unknown: behind
             else:
                 parts[p] = (nxt, end)
-        return ProgressMark(modality=self.modality, parts=parts, at=at_us)
+        known = {p: int(us) for p, us in (polled or {}).items() if p in parts}
+        return ProgressMark(modality=self.modality, parts=parts, at=at_us, polled=known)

@@ -21,7 +21,7 @@ from app.kafka.clients import auth_kwargs
 from app.runtime.metrics import Metrics
 from app.settings import Settings
 
-__all__ = ["GroupOffsets", "LagReporter", "highwaters"]
+__all__ = ["GroupOffsets", "LagReporter", "highwaters", "last_poll_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,24 @@ def highwaters(assigned: Iterable[Any], highwater: Callable[[Any], int | None]
         if end is not None:
             ends[TopicPartition(tp.topic, tp.partition)] = int(end)
     return ends
+
+
+def last_poll_ms(consumer: Any) -> Callable[[Any], int | None]:
+    """For a Faust consumer: when its aiokafka consumer last fetched a partition (wall-clock
+    ms; the time its highwater was last updated, ``AIOKafkaConsumer.last_poll_timestamp``),
+    as a function of the partition for :func:`highwaters`. Faust reaches the aiokafka
+    consumer through its consumer thread; where that is not there (another transport, not
+    started), every answer is None."""
+
+    def polled(tp: Any) -> int | None:
+        thread = getattr(consumer, "_thread", None)
+        inner = getattr(thread, "_consumer", None)  # set by the thread's start
+        if inner is None:
+            return None
+        ms = inner.last_poll_timestamp(tp)
+        return None if ms is None else int(ms)
+
+    return polled
 
 
 class GroupOffsets:

@@ -11,6 +11,7 @@ from collections import Counter
 
 import msgpack
 import pytest
+from aiokafka.structs import ConsumerRecord
 
 from app.clients.collect import collect
 from app.clients.produce import publish
@@ -18,6 +19,7 @@ from app.clients.synth import SynthSpec, synth_records
 from app.kafka.clients import consume
 from app.kafka.topics import ensure_topics
 from schemas.events import TextEvent, encode_event
+from schemas.features import ProgressMark, decode_features
 from tests.integration.brokers import ON_BOTH, ON_EVERY
 
 pytestmark = pytest.mark.integration
@@ -65,6 +67,20 @@ async def test_multimodal_stream_every_input_accounted(pipeline):
         assert w["id"] == f"{w['stream_id']}@{w['window_start']}"
     texts = [t for w in out.windows for tick in w["grid"]["text"]["tokens"] for t in tick]
     assert "欢迎" in texts
+    # the agents' progress marks say when each end was fetched (what a "drained" vouches
+    # for: app.align.progress), no later than the mark was made
+    marks: list[ProgressMark] = []
+
+    def keep(m: ConsumerRecord) -> None:
+        rec = decode_features(m.value)
+        if isinstance(rec, ProgressMark):
+            marks.append(rec)
+
+    await consume(s, [s.topic("features")], keep, until=lambda: len(marks) >= 30,
+                  timeout_s=30)
+    timed = [(m.at, us) for m in marks for p, us in m.polled.items() if p in m.parts]
+    assert timed, marks[:3]
+    assert all(at - 10_000_000 <= us <= at for at, us in timed), timed[:5]
 
 
 @ON_BOTH

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from app.align.aligner import AlignerConfig
 from app.align.progress import IdleAfter, MarkBoard
 from app.align.runner import AlignRunner
 from app.features.progress import InputProgress
 from schemas.aligned import AlignedWindow
+from schemas.codec import encode
 from schemas.features import FeatureRecord, ProgressMark, decode_features
 
 CFG = AlignerConfig(window_us=1_000_000, lateness_us=200_000, idle_s=2.0, rate_hz=20.0,
@@ -35,6 +37,24 @@ def test_mark_round_trip_and_drained():
     assert back == m
     assert m.drained(0) is True and m.drained(3) is False and m.drained(5) is False
     assert m.drained(1) is None
+    timed = ProgressMark(modality="audio", parts={0: (3, 3)}, at=9, polled={0: 8})
+    assert decode_features(timed.encode()) == timed
+
+
+def test_a_mark_without_fetch_times_vouches_for_no_time():
+    """Marks of a worker from before fetch times were sent decode with none; the board
+    then bounds nothing by them, as before."""
+    old = {"v": 1, "type": "progress", "modality": "image", "parts": [[0, 4, 4]], "at": 5}
+    back = decode_features(encode(old))
+    assert isinstance(back, ProgressMark) and back.polled == {}
+    b = MarkBoard(ttl_s=2.0, max_hold_s=30.0)
+    b.update(back, now=1.0, via=0)
+    assert b.covered("image", 0, 1.0, via=0) is None
+    b.update(ProgressMark(modality="image", parts={0: (4, 4)}, at=6, polled={0: 5_500_000}),
+             now=1.1, via=0)
+    assert b.covered("image", 0, 1.1, via=0) == 5.5
+    assert b.covered("image", 0, 1.1, via=1) is None  # vouches for its own partition only
+    assert IdleAfter(2.0).covered("image", 0, 1.1) is None
 
 
 def test_board_trusts_only_fresh_drained_marks_and_gives_up_on_silence():
@@ -430,3 +450,84 @@ def test_a_stream_back_from_silence_holds_for_its_slower_modalities_as_a_new_one
     back = [w for w in got if w.window_start == 10_000_000]
     assert [(w.counts.get("audio"), w.counts.get("image"), w.counts.get("text"))
             for w in back] == [(10, 10, 1)]
+
+
+def _sent(modality: str, ts: int, src_offset: int, dur: int = 0) -> bytes:
+    """A feature record whose input was sent at its own media time (a live stream)."""
+    return FeatureRecord(stream_id="s", modality=modality, ts=ts, dur=dur, seq=None,
+                         trace_id=None, kafka_ts_ms=ts // 1000, src_partition=0,
+                         src_offset=src_offset, feats={"luma": 0.5, "change": 0.1}).encode()
+
+
+def _live(*, sound_off: bool) -> tuple[AlignRunner, list[AlignedWindow], list[object], Any]:
+    """A live stream whose camera (and with ``sound_off`` its sound) was off from 5 to 10 s
+    while the rest ran on; every agent's marks, fetched as made, said its input drained."""
+    r = AlignRunner(CFG, "f", clock=lambda: 0.0, marks=MarkBoard(ttl_s=2.0, max_hold_s=30.0))
+    off = itertools.count()
+    got: list[AlignedWindow] = []
+    late: list[object] = []
+    done = {"audio": 0, "image": 0, "text": 0}
+
+    def put(key: bytes | None, value: bytes, now: float) -> None:
+        step = r.on_record(0, next(off), key, value, now)
+        got.extend(step.windows)
+        late.extend(step.late)
+
+    def rec(m: str, ts: int, now: float, dur: int = 0) -> None:
+        put(b"s", _sent(m, ts, done[m], dur), now)
+        done[m] += 1
+
+    def marks(now: float) -> None:
+        at = round(now * 1e6)
+        for m, n in done.items():
+            put(None, ProgressMark(modality=m, parts={0: (n, n)}, at=at, polled={0: at})
+                .encode(), now)
+
+    for k in range(100):  # 0-10 s, 100 ms steps; a caption (1.5 s) every second
+        now = k / 10
+        if k < 50 or not sound_off:
+            rec("audio", k * 100_000, now)
+        if k < 50:
+            rec("image", k * 100_000, now)
+        if k % 10 == 0:
+            rec("text", k * 100_000, now, dur=1_500_000)
+        marks(now + 0.05)
+        got.extend(r.on_tick(now + 0.05).windows)
+    return r, got, late, rec
+
+
+def test_a_camera_back_on_while_captions_ran_holds_for_its_first_frames():
+    """Camera and microphone off while captions ran on (chat lines), then back at 10 s: the
+    caption of 10 s is read first, the frames and sound of 10.0-10.4 s 0.4 s later (the
+    image agent lags). Their agents' last marks said "drained", fetched before those came,
+    and the caption's end (ts + 1.5 s) closed the window they belong to: 10 late before
+    this fix. A "drained" vouches only up to its fetch."""
+    r, got, late, rec = _live(sound_off=True)
+    rec("text", 10_000_000, 10.0, dur=1_500_000)
+    got.extend(r.on_tick(10.05).windows)
+    for k in range(100, 105):
+        rec("audio", k * 100_000, 10.4)
+        rec("image", k * 100_000, 10.4)
+    got.extend(r.on_tick(10.45).windows)
+    assert late == []
+
+
+def test_a_camera_back_on_beside_running_sound_holds_for_its_first_frames():
+    """Only the camera was off; the sound ran on. The first frame back (10.85 s, near its
+    window's end) is read 0.4 s after it was sent, beside the sound of 11.25 s: the sound
+    alone closed [10, 11) 0.2 s after its end before this fix."""
+    r, got, late, rec = _live(sound_off=False)
+    for k in range(100, 113):
+        rec("audio", k * 100_000, k / 10)
+        if k == 105:
+            rec("text", k * 100_000, k / 10, dur=1_500_000)
+        got.extend(r.on_tick(k / 10 + 0.01).windows)
+    rec("image", 10_850_000, 11.25)
+    got.extend(r.on_tick(11.3).windows)
+    for k in range(113, 130):  # both run on, the frames 0.4 s behind
+        rec("audio", k * 100_000, k / 10)
+        rec("image", (k - 4) * 100_000, k / 10)
+        got.extend(r.on_tick(k / 10 + 0.01).windows)
+    assert late == []
+    back = [w for w in got if w.window_start == 10_000_000]
+    assert [(w.counts.get("audio"), w.counts.get("image")) for w in back] == [(10, 2)]
