@@ -122,7 +122,8 @@ class MarkBoard:
     And a "drained" is as old as the fetch that gave its end, not as its mark: records
     sent after that fetch may wait in the log unseen (a camera back on while the rest of
     its stream ran: docs/broker.md). :meth:`covered` gives that fetch's time, which the
-    mark carries (``ProgressMark.polled``), for the aligner to bound an idle modality by.
+    mark carries (``ProgressMark.polled``), for the aligner to bound an idle modality by;
+    one older than ``max_hold_s`` (fetches that stopped) bounds nothing.
     """
 
     def __init__(self, ttl_s: float, max_hold_s: float, after_s: float = 0.0) -> None:
@@ -174,6 +175,6 @@ class MarkBoard:
     def covered(self, modality: str, partition: int, now: float, via: int | None = None
                 ) -> float | None:
         seen = self._seen.get((via, modality, partition))
-        if seen is None or seen.polled is None:
-            return None
+        if seen is None or seen.polled is None or now - seen.polled / 1e6 > self.max_hold_s:
+            return None  # unknown, or the fetches stopped: no longer than any hold
         return seen.polled / 1e6

@@ -53,6 +53,7 @@ def test_a_mark_without_fetch_times_vouches_for_no_time():
     b.update(ProgressMark(modality="image", parts={0: (4, 4)}, at=6, polled={0: 5_500_000}),
              now=1.1, via=0)
     assert b.covered("image", 0, 1.1, via=0) == 5.5
+    assert b.covered("image", 0, 36.0, via=0) is None  # not fetched for max_hold_s
     assert b.covered("image", 0, 1.1, via=1) is None  # vouches for its own partition only
     assert IdleAfter(2.0).covered("image", 0, 1.1) is None
 
