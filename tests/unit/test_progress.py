@@ -25,10 +25,14 @@ def mark(modality: str, part: int, nxt: int, end: int) -> ProgressMark:
     return ProgressMark(modality=modality, parts={part: (nxt, end)}, at=next(_MADE))
 
 
-def feat(modality: str, ts: int, src_offset: int, sid: str = "s", part: int = 0) -> bytes:
-    return FeatureRecord(stream_id=sid, modality=modality, ts=ts, dur=0, seq=None,
-                         trace_id=None, kafka_ts_ms=0, src_partition=part,
-                         src_offset=src_offset, feats={"luma": 0.5, "change": 0.1}).encode()
+def feat(modality: str, ts: int, src_offset: int, sid: str = "s", part: int = 0, *,
+         dur: int = 0, sent: bool = False) -> bytes:
+    """A feature record; ``sent``: its input was sent at its own media time (a live
+    stream: its Kafka timestamp is its ts), else it has none."""
+    return FeatureRecord(stream_id=sid, modality=modality, ts=ts, dur=dur, seq=None,
+                         trace_id=None, kafka_ts_ms=ts // 1000 if sent else 0,
+                         src_partition=part, src_offset=src_offset,
+                         feats={"luma": 0.5, "change": 0.1}).encode()
 
 
 def test_mark_round_trip_and_drained():
@@ -453,13 +457,6 @@ def test_a_stream_back_from_silence_holds_for_its_slower_modalities_as_a_new_one
             for w in back] == [(10, 10, 1)]
 
 
-def _sent(modality: str, ts: int, src_offset: int, dur: int = 0) -> bytes:
-    """A feature record whose input was sent at its own media time (a live stream)."""
-    return FeatureRecord(stream_id="s", modality=modality, ts=ts, dur=dur, seq=None,
-                         trace_id=None, kafka_ts_ms=ts // 1000, src_partition=0,
-                         src_offset=src_offset, feats={"luma": 0.5, "change": 0.1}).encode()
-
-
 def _live(*, sound_off: bool) -> tuple[AlignRunner, list[AlignedWindow], list[object], Any]:
     """A live stream whose camera (and with ``sound_off`` its sound) was off from 5 to 10 s
     while the rest ran on; every agent's marks, fetched as made, said its input drained."""
@@ -475,7 +472,7 @@ def _live(*, sound_off: bool) -> tuple[AlignRunner, list[AlignedWindow], list[ob
         late.extend(step.late)
 
     def rec(m: str, ts: int, now: float, dur: int = 0) -> None:
-        put(b"s", _sent(m, ts, done[m], dur), now)
+        put(b"s", feat(m, ts, done[m], dur=dur, sent=True), now)
         done[m] += 1
 
     def marks(now: float) -> None:
